@@ -1,0 +1,21 @@
+# The two commands a new user runs: `make demo` and `make test`. Each does its own setup.
+PY := .venv/bin/python
+.PHONY: setup demo test test-fast bench clean
+
+setup:
+	@bash scripts/setup.sh
+
+demo: setup
+	@$(PY) -m opencomposer.demo
+
+test: setup
+	@$(PY) -m pytest -q -x --durations=15 tests
+
+test-fast: setup
+	@$(PY) -m pytest -q -x -m "not slow and not ray" tests
+
+bench: setup
+	@for b in benchmarks/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+
+clean:
+	rm -rf .venv build *.egg-info .pytest_cache
