@@ -1,0 +1,12 @@
+"""The agent's IDE tools, run against a sandbox workspace.
+
+`ToolBox(workspace, config)` exposes `schemas()` (OpenAI function-calling schemas), `run`,
+`run_many` and `call`. The tools: read_file, edit_file, write_file, delete_file, list_dir,
+glob, grep (files.py, grep.py; host-side, confined by paths.py), run_terminal_cmd
+(terminal.py; in the sandbox), codebase_search (../search.py), todo (todo.py).
+"""
+
+from opencomposer.harness.tools.base import ERROR_KINDS, ToolCall, ToolConfig, ToolError, ToolResult, ToolStats
+from opencomposer.harness.tools.box import TOOLS, ToolBox
+
+__all__ = ["ERROR_KINDS", "TOOLS", "ToolBox", "ToolCall", "ToolConfig", "ToolError", "ToolResult", "ToolStats"]
