@@ -30,6 +30,9 @@ _HF_IGNORED_KEYS = {
     "output_router_logits", "router_aux_loss_coef", "attention_dropout", "bos_token_id",
     "eos_token_id", "pad_token_id", "max_window_layers", "sliding_window", "use_sliding_window",
     "hidden_act",
+    # generic PretrainedConfig attributes, present in config.to_dict() of any transformers config
+    "return_dict", "output_hidden_states", "output_attentions", "chunk_size_feed_forward",
+    "is_encoder_decoder", "id2label", "label2id", "problem_type", "tokenizer_class",
 }
 _YARN_KEYS = {"rope_type", "type", "factor", "original_max_position_embeddings", "beta_fast",
               "beta_slow", "attention_factor", "mscale", "mscale_all_dim", "truncate"}

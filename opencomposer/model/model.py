@@ -73,6 +73,8 @@ def rope_frequencies(config: ModelConfig) -> tuple[torch.Tensor, float]:
     0.1 * ln(s) + 1 (or by mscale/mscale_all_dim, or by attention_factor when given).
     """
     C, theta = config.head_dim, config.rope_theta
+    # Explicit CPU: load_pretrained builds the model under torch.device("meta"), but this
+    # buffer is not in the checkpoint and must hold real values.
     pos_freqs = theta ** (torch.arange(0, C, 2, dtype=torch.float, device="cpu") / C)
     rs = config.rope_scaling
     if rs is None:
@@ -99,7 +101,7 @@ def rope_frequencies(config: ModelConfig) -> tuple[torch.Tensor, float]:
     low, high = max(low, 0), min(high, C - 1)
     if low == high:
         high += 0.001  # avoid a zero-width ramp
-    ramp = torch.clamp((torch.arange(C // 2, dtype=torch.float32) - low) / (high - low), 0, 1)
+    ramp = torch.clamp((torch.arange(C // 2, dtype=torch.float32, device="cpu") - low) / (high - low), 0, 1)
     extrapolate = 1 - ramp  # 1: keep the original frequency, 0: interpolate
     inv_freq = (1.0 / (factor * pos_freqs)) * (1 - extrapolate) + (1.0 / pos_freqs) * extrapolate
     return inv_freq, float(attention_factor)
