@@ -1,0 +1,86 @@
+"""Isolated, copy-on-write workspaces: where every rollout's commands run.
+
+Composer 2 runs each rollout in its own Firecracker VM forked from a snapshot (Anyrun).
+KVM guests do not boot on our machines, so opencomposer gets the same *interface* from
+Linux primitives: overlayfs layers for cheap fork/snapshot/diff (layers.py), bubblewrap
+namespaces for isolation (bwrap.py, the default), gVisor's user-space kernel for a
+stronger boundary (gvisor.py), cgroups and rlimits for resources (limits.py), and a warm
+pool served from one asyncio loop, locally (pool.py) or as one Ray actor per node
+(ray_pool.py).
+
+    backend = get_backend("bwrap")                 # or "gvisor"
+    image = backend.image_from_dir("/path/to/project")
+    ws = image.workspace()                         # ~0.3 ms, no files copied
+    ws.exec(["python3", "-m", "pytest", "-q"], limits=Limits(timeout_s=60))
+    forks = ws.fork(8)                             # snapshot + 8 writable views
+    patch = forks[0].diff()                        # git-style unified diff vs the base
+    for w in [ws, *forks]: w.close()
+
+Threat model: the code in the sandbox is *untrusted but not targeted*: model-written
+commands that may be buggy, greedy or (through reward hacking) try to read the answers,
+tamper with the grader or escape. We assume a stock Linux kernel without exploitable bugs.
+
+What is covered (each has an adversarial test in tests/sandbox/test_isolation.py):
+- secrets: nothing of the host file system is visible except /usr, a curated read-only
+  /etc (no shadow, ssh keys, ssl/private, pip/npm credentials) and the workspace; no /root,
+  /home, host /tmp, /var, /sys, /run. Hidden tests are never in a workspace's layers.
+- environment: the sandbox's environment is built from scratch (clearenv + PATH/HOME/LANG).
+- network: a private network namespace with only `lo` unless `Limits.network=True`;
+  host services on 127.0.0.1 are unreachable. gVisor: `--network=none`.
+- writes: only /workspace (a copy-on-write overlay; the image's layers and the host dir
+  behind `sandbox exec` are never modified) and a private /tmp are writable; / and system
+  dirs are read-only mounts.
+- processes: a new pid namespace (the sandbox sees only its own processes), a per-exec
+  cgroup (or process group) that is killed when the exec returns, so daemons, orphans and
+  timed-out trees do not survive; `--die-with-parent` if the caller dies.
+- resources: wall time, memory (oom_killed reported), pids (fork bombs), file size and
+  output size (floods are truncated, never hang the caller).
+- devices: a minimal /dev (null, zero, full, random, urandom, tty, pts, shm); no disks,
+  no /dev/kvm, no host ttys.
+- privilege: all capabilities dropped, no nested user namespaces, new session (no TIOCSTI),
+  own uts and ipc namespaces (hostname, SysV IPC, POSIX message queues); abstract unix
+  sockets are private with the network namespace.
+
+What is NOT covered:
+- kernel exploits: bwrap shares the host kernel (gVisor narrows this: its Sentry
+  implements Linux in user space, and only a small syscall set reaches the host kernel);
+  there is no seccomp filter in the bwrap backend beyond bwrap's own defaults.
+- side channels (cache timing, Spectre-class), /proc/cpuinfo and /proc/meminfo-level
+  host information, and CPU time fairness: there is no CPU quota; one sandbox can use
+  every core until its wall-clock limit.
+- disk usage: the overlay upper dir has no quota, only RLIMIT_FSIZE per file.
+- `Limits.network=True` shares the host's network namespace: host services on
+  127.0.0.1 and abstract unix sockets become reachable. Use it only for installs.
+- the sandboxed processes run as host uid 0 inside a user namespace: they own the
+  workspace files, and a kernel bug that escapes the namespaces would give root.
+- gVisor (Debian's 2022 runsc): its pids and file-size limits are enforced by gVisor's own
+  rlimits, its memory limit by the host cgroup around the whole sandbox; Debian 12's
+  coreutils `ls -l`/`stat` fail there (statx with AT_NO_AUTOMOUNT is rejected by that
+  release). See gvisor.py.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from opencomposer.errors import ConfigError
+from opencomposer.sandbox.base import WORKSPACE_MOUNT, Backend, ExecResult, Image, Limits, Workspace
+
+BACKENDS = ("bwrap", "gvisor")
+
+
+def get_backend(name: str = "bwrap", store_dir: Path | str | None = None) -> Backend:
+    """The sandbox backend called `name` ("bwrap" | "gvisor"), over the layer store at `store_dir`."""
+    if name == "bwrap":
+        from opencomposer.sandbox.bwrap import BwrapBackend
+
+        return BwrapBackend(store_dir)
+    if name == "gvisor":
+        from opencomposer.sandbox.gvisor import GVisorBackend
+
+        return GVisorBackend(store_dir)
+    raise ConfigError(f"unknown sandbox backend {name!r}: choose one of {', '.join(BACKENDS)}")
+
+
+__all__ = ["BACKENDS", "WORKSPACE_MOUNT", "Backend", "ExecResult", "Image", "Limits", "Workspace",
+           "get_backend"]

@@ -1,0 +1,148 @@
+"""The default backend: bubblewrap (Debian's `bwrap` 0.8) over overlayfs workspaces.
+
+Each exec is a fresh `bwrap` (~5 ms) with new user, pid, mount, ipc, uts, cgroup and
+(unless `Limits.network`) network namespaces, all capabilities dropped, nested user
+namespaces disabled, `--new-session` (no TIOCSTI into the caller's terminal) and
+`--die-with-parent`. The sandbox's file system is built from nothing:
+
+    /usr (and /bin, /lib*, /sbin as on the host)  read-only bind of the host's
+    /etc        read-only: a small copy of safe host files (dynamic loader cache, CA
+                certificates, alternatives, python config, resolv.conf...) plus generated
+                passwd/group/hosts/nsswitch.conf/profile; never shadow, ssh, ssl/private
+    /workspace  the workspace root, read-write (the only persistent writable path)
+    /tmp        private tmpfs, sized to the memory limit
+    /proc       fresh procfs of the new pid namespace (only the sandbox's own processes)
+    /dev        minimal: null, zero, full, random, urandom, tty, pts, shm
+    /           read-only tmpfs; nothing else of the host (no /root, /home, host /tmp, /var, /sys)
+
+The environment is cleared and set to a small PATH/HOME/LANG plus what the caller passes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import posixpath
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Sequence
+
+from opencomposer.errors import SandboxError, SetupError
+from opencomposer.sandbox.base import WORKSPACE_MOUNT, Limits
+from opencomposer.sandbox.layers import OverlayBackend
+from opencomposer.sandbox.limits import LaunchSpec
+
+BASE_ENV = {
+    "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+    "HOME": "/tmp",
+    "LANG": "C.UTF-8",
+    "TERM": "dumb",
+    "USER": "root",
+}
+"""The whole environment of a sandboxed command, before the caller's `env` is added."""
+
+HOST_ETC = (
+    "alternatives", "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "timezone",
+    "ssl/certs", "ssl/openssl.cnf", "ca-certificates", "ca-certificates.conf", "resolv.conf",
+    "protocols", "services", "mime.types", "python3", "python3.11", "os-release",
+    "debian_version", "gitconfig", "inputrc", "terminfo", "magic", "networks", "host.conf",
+    "gai.conf", "shells",
+)
+"""Host /etc entries copied into the sandbox's /etc: enough for python3, bash, coreutils,
+git and DNS; nothing with secrets (no shadow, ssh, ssl/private, pip.conf, npmrc)."""
+
+GENERATED_ETC = {
+    "passwd": "root:x:0:0:root:/tmp:/bin/bash\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
+    "group": "root:x:0:\nnogroup:x:65534:\n",
+    "hosts": "127.0.0.1 localhost sandbox\n::1 localhost\n",
+    "hostname": "sandbox\n",
+    "nsswitch.conf": "passwd: files\ngroup: files\nshadow: files\nhosts: files dns\n",
+    # bash -l must not reset the caller's PATH (Debian's /etc/profile does)
+    "profile": "# opencomposer sandbox: intentionally empty\n",
+}
+
+
+def build_etc(store_root: Path) -> Path:
+    """The sandbox /etc for this host, built once per distinct host content under the store."""
+    entries = [e for e in HOST_ETC if os.path.lexists(f"/etc/{e}")]
+    key = hashlib.sha256(repr(sorted(GENERATED_ETC.items())).encode())
+    for e in entries:
+        st = os.stat(f"/etc/{e}")
+        key.update(f"{e}:{st.st_mtime_ns}:{st.st_size}".encode())
+    target = store_root / f"etc-{key.hexdigest()[:12]}"
+    if target.is_dir():
+        return target
+    tmp = store_root / f"etc.{os.getpid()}.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    for e in entries:
+        dest = tmp / e
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        # -H: os-release and friends are symlinks out of /etc; copy what they point to
+        subprocess.run(["cp", "-a", "-H", f"/etc/{e}", str(dest)], check=True, capture_output=True)
+    for name, text in GENERATED_ETC.items():
+        (tmp / name).write_text(text)
+    try:
+        tmp.rename(target)
+    except OSError:  # another process built it first
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+def _root_links() -> list[str]:
+    """/bin, /lib, /lib64, /sbin as the host has them (symlinks into /usr on merged-usr systems)."""
+    args = []
+    for name in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
+        host = f"/{name}"
+        if os.path.islink(host):
+            args += ["--symlink", os.readlink(host), host]
+        elif os.path.isdir(host):
+            args += ["--ro-bind", host, host]
+    return args
+
+
+def sandbox_cwd(cwd: str) -> str:
+    return posixpath.normpath(posixpath.join(WORKSPACE_MOUNT, cwd))
+
+
+def command_argv(cmd: Sequence[str] | str) -> list[str]:
+    if isinstance(cmd, str):
+        return ["bash", "-lc", cmd]
+    if not cmd:
+        raise SandboxError("empty command")
+    return list(cmd)
+
+
+class BwrapBackend(OverlayBackend):
+    """Overlay workspaces + bubblewrap namespaces. See the module docstring for the sandbox layout."""
+
+    name = "bwrap"
+
+    def __init__(self, store_dir: Path | str | None = None):
+        super().__init__(store_dir)
+        self.etc = build_etc(self.store.root)
+        self._fixed = [
+            "bwrap", "--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
+            "--unshare-cgroup-try", "--disable-userns", "--cap-drop", "ALL",
+            "--die-with-parent", "--new-session", "--hostname", "sandbox",
+            "--ro-bind", "/usr", "/usr", *_root_links(), "--ro-bind", str(self.etc), "/etc",
+            "--proc", "/proc", "--dev", "/dev",
+        ]
+
+    def check(self) -> None:
+        if shutil.which("bwrap") is None:
+            raise SetupError("bubblewrap is not installed: run `apt-get install -y bubblewrap` "
+                             "(or `make setup`)")
+
+    def launch_spec(self, root: Path, cmd: Sequence[str] | str, limits: Limits, cwd: str,
+                    env: dict[str, str] | None) -> LaunchSpec:
+        argv = list(self._fixed)
+        if not limits.network:
+            argv.append("--unshare-net")
+        argv += ["--size", str(limits.memory_mb << 20), "--tmpfs", "/tmp",
+                 "--bind", str(root), WORKSPACE_MOUNT, "--remount-ro", "/",
+                 "--chdir", sandbox_cwd(cwd), "--clearenv"]
+        for key, value in {**BASE_ENV, **(env or {})}.items():
+            argv += ["--setenv", key, value]
+        return LaunchSpec(argv=[*argv, "--", *command_argv(cmd)], env=dict(BASE_ENV))

@@ -1,0 +1,156 @@
+"""Git-style unified diffs of an overlay workspace against its base, from its upper layers.
+
+Only paths that appear in the workspace's own layers (its snapshot layers and its upper
+dir) can differ from the base, so the cost is proportional to what the agent touched,
+not to the size of the project. For each such path the old side is read from the base
+view and the new side from the live merged view (the kernel resolves whiteouts and opaque
+directories for us), and the pair is compared byte for byte.
+
+Output is what `git diff` would print without index lines, so `git apply` (and
+`patch -p1`) accept it: `diff --git a/P b/P`, `new file mode` / `deleted file mode` /
+`old mode`+`new mode`, `--- /dev/null` for added and `+++ /dev/null` for deleted files,
+`\\ No newline at end of file` markers, symlinks as mode 120000 with their target as
+content, and `Binary files a/P and b/P differ` for binary content (a NUL byte in the first
+8000 bytes, or not UTF-8), which `git apply` cannot replay.
+
+Left out: rename detection (a rename is a delete plus an add), empty directories (git does
+not track them), special files (fifos, devices), and quoting of unusual path names.
+"""
+
+from __future__ import annotations
+
+import difflib
+import fnmatch
+import os
+import stat
+from pathlib import Path
+from typing import Iterator, Sequence
+
+DIFF_EXCLUDE = ("__pycache__", "*.pyc", ".pytest_cache", ".git", ".mypy_cache", ".ruff_cache")
+"""Path components skipped by default: caches a test run leaves behind and git internals."""
+
+_OPAQUE = "trusted.overlay.opaque"
+
+
+def _is_opaque(path: Path) -> bool:
+    try:
+        return os.getxattr(path, _OPAQUE, follow_symlinks=False) == b"y"
+    except OSError:
+        return False
+
+
+def _walk_layer(layer: Path) -> Iterator[tuple[str, os.stat_result, bool]]:
+    """(relative path, lstat, opaque) for every entry of one layer dir."""
+    stack = [""]
+    while stack:
+        rel = stack.pop()
+        with os.scandir(layer / rel if rel else layer) as it:
+            for entry in it:
+                sub = f"{rel}/{entry.name}" if rel else entry.name
+                st = entry.stat(follow_symlinks=False)
+                is_dir = stat.S_ISDIR(st.st_mode)
+                yield sub, st, is_dir and _is_opaque(layer / sub)
+                if is_dir:
+                    stack.append(sub)
+
+
+def _files_under(root: Path, rel: str) -> Iterator[str]:
+    """Regular files and symlinks at or below root/rel (rel itself if it is one)."""
+    top = root / rel
+    try:
+        st = top.lstat()
+    except FileNotFoundError:
+        return
+    if not stat.S_ISDIR(st.st_mode):
+        yield rel
+        return
+    for dirpath, dirnames, filenames in os.walk(top):
+        base = os.path.relpath(dirpath, root)
+        for name in filenames + [d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]:
+            yield f"{base}/{name}"
+
+
+def changed_candidates(upper_layers: Sequence[Path], base_root: Path) -> set[str]:
+    """Every path that may differ between base and merged view: a superset, checked later."""
+    found: set[str] = set()
+    for layer in upper_layers:
+        for rel, st, opaque in _walk_layer(layer):
+            if stat.S_ISDIR(st.st_mode):
+                if opaque:  # the dir hides everything below it in the base (or a base file it replaced)
+                    found.update(_files_under(base_root, rel))
+                continue
+            found.add(rel)  # a file, symlink or whiteout: it may also hide a whole base dir
+            found.update(_files_under(base_root, rel))
+    return found
+
+
+def _excluded(rel: str, exclude: Sequence[str]) -> bool:
+    return any(fnmatch.fnmatch(part, pat) for part in rel.split("/") for pat in exclude)
+
+
+def _read(root: Path, rel: str) -> tuple[str, bytes] | None:
+    """(git mode, content) of a regular file or symlink, None if absent or another kind."""
+    path = root / rel
+    try:
+        st = path.lstat()
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    if stat.S_ISLNK(st.st_mode):
+        return "120000", os.readlink(path).encode()
+    if not stat.S_ISREG(st.st_mode):
+        return None
+    return ("100755" if st.st_mode & 0o111 else "100644"), path.read_bytes()
+
+
+def _is_binary(data: bytes) -> bool:
+    if b"\0" in data[:8000]:
+        return True
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return True
+    return False
+
+
+def _lines(data: bytes) -> list[str]:
+    # git splits on \n only (str.splitlines would also split on \r, \x0c, ...)
+    parts = data.decode("utf-8").split("\n")
+    lines = [p + "\n" for p in parts[:-1]]
+    if parts[-1]:
+        lines.append(parts[-1])
+    return lines
+
+
+def file_diff(rel: str, old: tuple[str, bytes] | None, new: tuple[str, bytes] | None) -> str:
+    """The `diff --git` section for one path ("" when both sides are equal)."""
+    if old == new:
+        return ""
+    out = [f"diff --git a/{rel} b/{rel}\n"]
+    if old is None:
+        out.append(f"new file mode {new[0]}\n")  # type: ignore[index]
+    elif new is None:
+        out.append(f"deleted file mode {old[0]}\n")
+    elif old[0] != new[0]:
+        out.append(f"old mode {old[0]}\nnew mode {new[0]}\n")
+    old_data = old[1] if old else b""
+    new_data = new[1] if new else b""
+    if old_data == new_data:
+        return "".join(out)  # mode change, or an empty file added/deleted
+    a = f"a/{rel}" if old else "/dev/null"
+    b = f"b/{rel}" if new else "/dev/null"
+    if _is_binary(old_data) or _is_binary(new_data):
+        out.append(f"Binary files {a} and {b} differ\n")
+        return "".join(out)
+    for line in difflib.unified_diff(_lines(old_data), _lines(new_data), a, b, n=3):
+        out.append(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n")
+    return "".join(out)
+
+
+def layer_diff(base_root: Path, upper_layers: Sequence[Path], merged_root: Path,
+               exclude: Sequence[str] = DIFF_EXCLUDE) -> str:
+    """Diff of `merged_root` against `base_root`, looking only at paths in `upper_layers`."""
+    parts = []
+    for rel in sorted(changed_candidates(upper_layers, base_root)):
+        if not _excluded(rel, exclude):
+            parts.append(file_diff(rel, _read(base_root, rel), _read(merged_root, rel)))
+    return "".join(parts)
