@@ -24,3 +24,7 @@ class SandboxError(OpenComposerError):
 
 class CheckpointError(OpenComposerError):
     """A directory is not a valid checkpoint, or its tensors do not match its config."""
+
+
+class MessageError(OpenComposerError, ValueError):
+    """A chat message from a user or API client is malformed (unknown role, wrong field type)."""
