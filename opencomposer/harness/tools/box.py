@@ -108,7 +108,8 @@ class ToolBox:
             from opencomposer.harness.search import CodebaseIndex
 
             image = getattr(self.workspace, "image", None)
-            layers = [str(p) for p in getattr(image, "layers", ()) or ()]
+            # An in-place workspace lists its own (mutable) root as its layer: not cacheable as one.
+            layers = [str(p) for p in getattr(image, "layers", ()) or () if os.path.realpath(p) != self.root]
             try:
                 self._index = CodebaseIndex(self.root, layers, self.config, self._embedder)
             except SetupError as e:

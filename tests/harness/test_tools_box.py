@@ -1,0 +1,149 @@
+"""ToolBox: schemas, argument handling, stats, concurrency of run_many, the todo tool."""
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+
+from opencomposer.harness.tools import ERROR_KINDS, ToolBox, ToolCall
+from opencomposer.sandbox.base import ExecResult
+
+
+class FakeWorkspace:
+    """Records terminal commands; each waits until `expected` of them are running at once."""
+
+    def __init__(self, root, expected=1):
+        self.root = Path(root)
+        self.running, self.peak, self.expected = 0, 0, expected
+        self.all_in = asyncio.Event()
+
+    async def aexec(self, cmd, *, limits=None, **_):
+        self.running += 1
+        self.peak = max(self.peak, self.running)
+        if self.running >= self.expected:
+            self.all_in.set()
+        await asyncio.wait_for(self.all_in.wait(), 5)  # deadlocks (then times out) if calls ran one by one
+        self.running -= 1
+        return ExecResult(0, f"ran {cmd}\n", "")
+
+
+@pytest.fixture
+def root(tmp_path):
+    (tmp_path / "a.py").write_text("x = 1\n")
+    return tmp_path
+
+
+def test_schemas_are_openai_function_tools(root):
+    schemas = ToolBox(FakeWorkspace(root)).schemas()
+    names = [s["function"]["name"] for s in schemas]
+    assert names == ["read_file", "edit_file", "write_file", "delete_file", "list_dir", "glob", "grep",
+                     "run_terminal_cmd", "codebase_search", "todo"]
+    for s in schemas:
+        assert s["type"] == "function"
+        fn = s["function"]
+        assert fn["description"] and fn["parameters"]["type"] == "object"
+        assert set(fn["parameters"]["required"]) <= set(fn["parameters"]["properties"])
+        json.dumps(s)  # serializable as is
+
+
+def test_tool_subset(root):
+    box = ToolBox(FakeWorkspace(root), tools=["read_file", "grep"])
+    assert [s["function"]["name"] for s in box.schemas()] == ["read_file", "grep"]
+    assert box.call("write_file", {"path": "b", "content": ""}).stats.error_kind == "unknown_tool"
+    with pytest.raises(ValueError, match="unknown tools"):
+        ToolBox(FakeWorkspace(root), tools=["rm_rf"])
+
+
+@pytest.mark.parametrize("name,args,kind,needle", [
+    ("frobnicate", "{}", "unknown_tool", "available tools: read_file"),
+    ("read_file", '{"path": "a.py"', "invalid_json", "not valid JSON"),
+    ("read_file", "[1, 2]", "invalid_arguments", "JSON object"),
+    ("read_file", '{"path": 7}', "invalid_arguments", "'path' must be a string, got integer 7"),
+    ("read_file", '{}', "invalid_arguments", "missing required argument 'path'"),
+    ("read_file", '{"path": "a.py", "start_line": "3"}', "invalid_arguments", "'start_line' must be an integer"),
+    ("read_file", '{"path": "a.py", "start_line": 0}', "invalid_arguments", "'start_line' must be >= 1"),
+    ("read_file", '{"path": "a.py", "lines": 3}', "invalid_arguments", "unknown argument 'lines'"),
+    ("edit_file", '{"path": "a.py", "old_string": "x", "new_string": "y", "replace_all": "yes"}',
+     "invalid_arguments", "'replace_all' must be a boolean"),
+    ("todo", '{"action": "explode"}', "invalid_arguments", "must be one of"),
+    ("todo", '{"action": "add", "items": [1]}', "invalid_arguments", "'items[0]' must be a string"),
+    ("run_terminal_cmd", '{"command": "ls", "timeout_s": 99999}', "invalid_arguments", "maximum"),
+])
+def test_bad_calls_are_errors_not_exceptions(root, name, args, kind, needle):
+    r = ToolBox(FakeWorkspace(root)).call(name, args)
+    assert not r.ok and r.output == ""
+    assert r.stats.error_kind == kind and kind in ERROR_KINDS
+    assert needle in r.error
+
+
+def test_lenient_but_exact_argument_forms(root):
+    box = ToolBox(FakeWorkspace(root))
+    assert box.call("list_dir", "").ok  # empty argument string = no arguments
+    assert box.call("read_file", {"path": "a.py", "start_line": 1.0, "end_line": None}).ok  # 1.0 is an integer
+
+
+def test_stats_are_filled(root):
+    box = ToolBox(FakeWorkspace(root))
+    args = '{"path": "a.py"}'
+    r = box.call("read_file", args, call_id="c1")
+    assert r.call_id == "c1" and r.name == "read_file"
+    assert r.stats.bytes_in == len(args) and r.stats.bytes_out == len(r.output.encode())
+    assert r.stats.duration_s > 0 and r.stats.error_kind is None
+    bad = box.call("read_file", {"path": "nope.py"})
+    assert bad.stats.bytes_out == len(bad.error.encode()) and bad.stats.error_kind == "not_found"
+
+
+def test_a_crashing_tool_returns_internal_error(root, monkeypatch):
+    from opencomposer.harness.tools import files
+
+    def boom(box, args):
+        raise RuntimeError("disk on fire")
+
+    monkeypatch.setattr(files, "_list_dir", boom)
+    r = ToolBox(FakeWorkspace(root)).call("list_dir", {})
+    assert not r.ok and r.stats.error_kind == "internal_error" and "disk on fire" in r.error
+
+
+async def test_run_many_runs_calls_concurrently_in_order(root):
+    ws = FakeWorkspace(root, expected=3)
+    box = ToolBox(ws)
+    calls = [ToolCall(f"c{i}", "run_terminal_cmd", json.dumps({"command": f"job {i}"})) for i in range(3)]
+    calls.insert(1, ToolCall("r", "read_file", '{"path": "a.py"}'))
+    results = await box.run_many(calls)
+    assert ws.peak == 3  # all three commands were in flight at once
+    assert [r.call_id for r in results] == ["c0", "r", "c1", "c2"]
+    assert all(r.ok for r in results), [r.error for r in results]
+    assert "ran job 2" in results[3].output
+
+
+async def test_run_many_applies_file_writes_in_call_order(root):
+    box = ToolBox(FakeWorkspace(root))
+    calls = [ToolCall("w", "write_file", {"path": "f.txt", "content": "a\n"})]
+    calls += [ToolCall(f"e{i}", "edit_file", {"path": "f.txt", "old_string": f"{chr(97 + i)}\n",
+                                             "new_string": f"{chr(97 + i)}\n{chr(98 + i)}\n"}) for i in range(5)]
+    results = await box.run_many(calls)
+    assert all(r.ok for r in results), [r.error for r in results]
+    assert (root / "f.txt").read_text() == "a\nb\nc\nd\ne\nf\n"
+
+
+def test_todo_list_lifecycle(root):
+    box = ToolBox(FakeWorkspace(root))
+    r = box.call("todo", {"action": "list"})
+    assert r.ok and "empty" in r.output
+    r = box.call("todo", {"action": "add", "items": ["write test", "fix bug", "update docs"]})
+    assert "3 of 3 unfinished" in r.output and "  2. [pending]     fix bug" in r.output
+    assert box.unfinished_todos() == 3
+    box.call("todo", {"action": "complete", "id": 1})
+    box.call("todo", {"action": "update", "id": 2, "status": "in_progress"})
+    r = box.call("todo", {"action": "update", "id": 3, "status": "cancelled", "content": "skip docs"})
+    assert "[cancelled]   skip docs" in r.output and "[completed]   write test" in r.output
+    assert box.unfinished_todos() == 1
+    r = box.call("todo", {"action": "add", "items": ["more"]})
+    assert "  4. [pending]     more" in r.output
+    assert box.call("todo", {"action": "complete", "id": 9}).stats.error_kind == "not_found"
+    assert box.call("todo", {"action": "complete"}).stats.error_kind == "invalid_arguments"
+    assert box.call("todo", {"action": "update", "id": 2}).stats.error_kind == "invalid_arguments"
+    assert box.call("todo", {"action": "add", "items": []}).stats.error_kind == "invalid_arguments"
+    assert ToolBox(FakeWorkspace(root)).unfinished_todos() == 0  # state is per ToolBox
+
