@@ -127,21 +127,25 @@ class Message:
     tool_call_id: str | None = None
     name: str | None = None
 
+    def __post_init__(self):
+        if self.role not in ROLE_TOKENS:
+            raise MessageError(f"message role {self.role!r} is not one of system, user, assistant, tool")
+        if not isinstance(self.content, str):
+            raise MessageError(f"message content must be a string, got {type(self.content).__name__}")
+        self.tool_calls = [_as_tool_call(c, i) for i, c in enumerate(self.tool_calls)]
+
     @classmethod
     def from_openai(cls, d: dict) -> "Message":
         if not isinstance(d, dict):
             raise MessageError(f"a message must be a dict with 'role' and 'content', got {type(d).__name__}")
-        role = d.get("role")
-        role = "system" if role == "developer" else role
-        if role not in ROLE_TOKENS:
-            raise MessageError(f"message role {role!r} is not one of system, user, assistant, tool")
+        role = "system" if d.get("role") == "developer" else d.get("role")
         thinking = d.get("reasoning_content")
         if thinking is not None and not isinstance(thinking, str):
             raise MessageError("'reasoning_content' must be a string")
-        calls = [_as_tool_call(c, i) for i, c in enumerate(d.get("tool_calls") or [])]
+        calls = d.get("tool_calls") or []
         if calls and role != "assistant":
             raise MessageError(f"only assistant messages may carry tool_calls, not {role!r}")
-        return cls(role=role, content=_content_text(d.get("content")), thinking=thinking, tool_calls=calls,
+        return cls(role=role, content=_content_text(d.get("content")), thinking=thinking, tool_calls=list(calls),
                    tool_call_id=d.get("tool_call_id"), name=d.get("name"))
 
     def to_openai(self) -> dict:

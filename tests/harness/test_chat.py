@@ -297,3 +297,12 @@ def test_self_summarization_context(tok):
     assert encode_messages(tok, fresh)  # a valid conversation
     with pytest.raises(MessageError):
         summarized_context([{"role": "system", "content": "sys"}], "s")
+
+
+def test_message_dataclass_accepts_harness_calls_and_rejects_bad_roles(tok):
+    m = Message("assistant", tool_calls=[SimpleNamespace(id="t", name="read", arguments='{"path": "a"}'),
+                                         {"id": "u", "function": {"name": "terminal", "arguments": {"cmd": "ls"}}}])
+    assert [(c.name, c.arguments) for c in m.tool_calls] == [("read", '{"path": "a"}'), ("terminal", '{"cmd": "ls"}')]
+    assert len(parse_assistant(encode_turn(tok, m), tok).valid_calls) == 2
+    with pytest.raises(MessageError, match="role"):
+        Message("robot")
