@@ -401,7 +401,7 @@ def _parse_assistant_items(items: list[tuple[bool, str]], call_id_prefix: str) -
         if call.error:
             errors.append(f"tool call {len(calls) - 1}: {call.error}")
 
-    for pos, (special, s) in enumerate(items):
+    for special, s in items:
         if finished:
             errors.append("output continues after <|im_end|>; the rest was ignored")
             break
