@@ -1,0 +1,40 @@
+"""Limits: file size, stdin, exit codes, and the rlimit fallback when no cgroup is usable."""
+
+from __future__ import annotations
+
+import pytest
+from sandbox_util import host_processes_with
+
+from opencomposer.sandbox import Limits
+
+
+@pytest.fixture
+def ws(backend, project):
+    workspace = backend.image_from_dir(project).workspace()
+    yield workspace
+    workspace.close()
+
+
+def test_exit_codes_stdin_and_cwd(ws):
+    assert ws.exec(["sh", "-c", "exit 7"]).exit_code == 7
+    r = ws.exec(["sh", "-c", "pwd; cat"], cwd="pkg", stdin=b"from stdin")
+    assert r.stdout == "/workspace/pkg\nfrom stdin" and r.ok
+    assert ws.exec("echo $0 via bash").stdout == "bash via bash\n"
+    killed = ws.exec(["sh", "-c", "kill -TERM $$"])
+    assert killed.exit_code == 128 + 15 and not killed.timed_out
+
+
+def test_file_size_limit(ws):
+    r = ws.exec(["sh", "-c", "head -c 3000000 /dev/zero > big; echo $?; wc -c < big"],
+                limits=Limits(file_size_mb=1))
+    assert r.stdout.split()[1] == str(1 << 20)
+    assert (ws.root / "big").stat().st_size == 1 << 20
+
+
+def test_rlimit_fallback_without_cgroups(ws, monkeypatch):
+    monkeypatch.setenv("OPENCOMPOSER_CGROUPS", "off")
+    r = ws.exec(["python3", "-c", "x = bytearray(1 << 30)"], limits=Limits(memory_mb=256))
+    assert r.exit_code == 1 and "MemoryError" in r.stderr and not r.oom_killed
+    marker = "765432.5"
+    t = ws.exec(["sh", "-c", f"setsid sleep {marker} & sleep {marker}"], limits=Limits(timeout_s=1))
+    assert t.timed_out and host_processes_with(marker) == []  # the pid namespace still reaps all
