@@ -13,6 +13,7 @@ import asyncio
 import base64
 import contextlib
 import json
+import os
 import shutil
 
 from opencomposer.harness.tools.base import ToolError, ToolSpec, params
@@ -79,6 +80,8 @@ async def grep(box, args: dict) -> str:
     path = args.get("path")
     parts = resolve(box.root, path) if path else ()
     target = display(parts) if parts else None
+    if target and not os.path.exists(os.path.join(box.root, target)):
+        raise ToolError("not_found", f"{path!r} does not exist")
     cmd = _rg_args(args, target)
     out: list[str] = []
     state = {"matches": 0, "bytes": 0, "capped": False, "last": None}
