@@ -132,6 +132,7 @@ class CacheStep:
     slots_B: torch.Tensor      # int64 cache slot of each row
     pos_BT: torch.Tensor       # int64 position of each new token
     mask_B1TP: torch.Tensor    # bool: key p visible to query t (p <= pos_BT[b, t])
+    first_slot: int | None     # slots_B == first_slot + arange(B): read keys as a view, no gather
 
 
 class Attention(nn.Module):
@@ -170,8 +171,9 @@ class Attention(nn.Module):
             k_SGLC[step.slots_B[:, None], :, step.pos_BT] = k_BTGC.to(k_SGLC.dtype)
             v_SGLC[step.slots_B[:, None], :, step.pos_BT] = v_BTGC.to(v_SGLC.dtype)
             P = step.mask_B1TP.shape[-1]
-            k_BGPC = k_SGLC[step.slots_B, :, :P].to(q_BHTC.dtype)
-            v_BGPC = v_SGLC[step.slots_B, :, :P].to(q_BHTC.dtype)
+            rows = step.slots_B if step.first_slot is None else slice(step.first_slot, step.first_slot + B)
+            k_BGPC = k_SGLC[rows, :, :P].to(q_BHTC.dtype)
+            v_BGPC = v_SGLC[rows, :, :P].to(q_BHTC.dtype)
             o_BHTC = F.scaled_dot_product_attention(
                 q_BHTC, k_BGPC, v_BGPC, attn_mask=step.mask_B1TP, enable_gqa=self.G != self.H)
         return self.o_proj(o_BHTC.transpose(1, 2).reshape(B, T, self.H * self.C))
@@ -356,7 +358,9 @@ class KVCache:
             raise ValueError(f"KV cache: positions {int(start_B.min())}..{P - 1} do not fit in a slot of "
                              f"max_len={self.max_len}; free a slot or build a longer cache")
         mask_B1TP = torch.arange(P, device=start_B.device) <= pos_BT[:, None, :, None]
-        return CacheStep(slots_B, pos_BT, mask_B1TP)
+        first = int(slots_B[0])
+        contiguous = bool((slots_B == first + torch.arange(len(slots_B), device=slots_B.device)).all())
+        return CacheStep(slots_B, pos_BT, mask_B1TP, first if contiguous else None)
 
 
 @dataclass

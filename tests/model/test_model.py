@@ -261,3 +261,15 @@ def test_mtp_losses():
     assert model.mtp[0].eh_proj.weight.grad.abs().sum() > 0
     with pytest.raises(ValueError, match="main_logits"):
         mtp_loss(mtp, ids, mode="distill")
+
+
+def test_committed_yaml_configs_build(tmp_path):
+    from pathlib import Path
+
+    for path in sorted(Path(__file__).parents[2].joinpath("configs", "model").glob("*.yaml")):
+        cfg = ModelConfig.from_yaml(path)
+        assert ModelConfig.from_dict(cfg.to_dict()) == cfg
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("vocab_size: 10\nhiden_size: 8\n")
+    with pytest.raises(ConfigError, match="hiden_size"):
+        ModelConfig.from_yaml(bad)
