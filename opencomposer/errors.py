@@ -26,5 +26,9 @@ class CheckpointError(OpenComposerError):
     """A directory is not a valid checkpoint, or its tensors do not match its config."""
 
 
+class TaskError(OpenComposerError):
+    """A task or suite directory is malformed, or a task image cannot be built; the message names the file and field."""
+
+
 class MessageError(OpenComposerError, ValueError):
     """A chat message from a user or API client is malformed (unknown role, wrong field type)."""
