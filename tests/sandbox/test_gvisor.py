@@ -1,0 +1,81 @@
+"""The gVisor backend behind the same Protocol: exec over layers, isolation, network, limits."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import uuid
+from pathlib import Path
+
+import pytest
+from sandbox_util import host_processes_with
+
+from opencomposer.sandbox import Limits, get_backend
+
+
+@pytest.fixture
+def gvisor(store):
+    return get_backend("gvisor", store)
+
+
+@pytest.fixture
+def ws(gvisor, project):
+    workspace = gvisor.image_from_dir(project).workspace()
+    yield workspace
+    workspace.close()
+
+
+def test_exec_over_layers_and_diff(ws, store):
+    r = ws.exec(["sh", "-c", "cat README.md; echo added > new.txt; python3 -c 'print(6 * 7)'"])
+    assert r.ok and r.stdout == "# demo\n\nA small project.\n42\n"
+    assert (ws.root / "new.txt").read_text() == "added\n"
+    assert "+++ b/new.txt\n@@ -0,0 +1 @@\n+added\n" in ws.diff()
+    assert list((store / "run").iterdir()) == []  # per-exec OCI bundles are removed
+
+
+def test_secrets_environment_and_writes_are_isolated(ws, monkeypatch, tmp_path):
+    monkeypatch.setenv("OC_SECRET", "leaked-value")
+    secret = Path("/root") / f".oc_secret_{uuid.uuid4().hex}"
+    secret.write_text("s3cr3t")
+    try:
+        r = ws.exec(["sh", "-c", f"cat {secret}; env; echo x > /usr/oc_x; echo x > /etc/oc_x; "
+                     f"echo x > {tmp_path}/oc_x; echo end"])
+    finally:
+        secret.unlink()
+    assert "s3cr3t" not in r.stdout and "leaked-value" not in r.stdout and r.stdout.endswith("end\n")
+    assert r.stderr.count("cannot create") == 3
+    assert not (tmp_path / "oc_x").exists()
+
+
+def test_no_network(ws):
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    port = server.getsockname()[1]
+    threading.Thread(target=lambda: server.accept(), daemon=True).start()
+    try:
+        r = ws.exec(["python3", "-c", f"import socket; socket.create_connection(('127.0.0.1', {port}), 2); "
+                     "print('connected')"])
+        interfaces = ws.exec(["sh", "-c", "tail -n +3 /proc/net/dev | cut -d: -f1"]).stdout.split()
+    finally:
+        server.close()
+    assert r.exit_code != 0 and "connected" not in r.stdout
+    assert interfaces == ["lo"]
+
+
+def test_timeout_and_orphans_leave_no_process(ws, store):
+    marker = "654321.5"
+    r = ws.exec(["sh", "-c", f"sleep {marker} & sleep {marker}"], limits=Limits(timeout_s=1))
+    assert r.timed_out and r.exit_code is None
+    d = ws.exec(["sh", "-c", f"setsid nohup sleep {marker} > /dev/null 2>&1 & echo started"])
+    assert d.ok and d.stdout == "started\n"
+    assert host_processes_with(marker) == [] and host_processes_with(f"--root={store}") == []  # no runsc left
+
+
+def test_memory_and_fork_bomb_limits(ws):
+    hog = ws.exec(["python3", "-c", "x = bytearray(1 << 30); print('allocated')"], limits=Limits(memory_mb=256))
+    assert hog.oom_killed and hog.exit_code is None
+    bomb = ws.exec(["bash", "-c", "bomb() { bomb | bomb & }; bomb; sleep 1; echo survived"],
+                   limits=Limits(pids=32, timeout_s=20))
+    assert "Resource temporarily unavailable" in bomb.stderr or bomb.timed_out
+    assert ws.exec(["echo", "ok"]).stdout == "ok\n"
