@@ -445,7 +445,7 @@ class Transformer(nn.Module):
         routed = None
         if return_routed_experts:
             routed = (torch.stack(experts_Y, dim=1).view(B, T, len(experts_Y), -1).to(torch.int32) if experts_Y
-                      else torch.zeros(B, T, 0, cfg.num_experts_per_tok, dtype=torch.int32))
+                      else torch.zeros(B, T, 0, cfg.num_experts_per_tok, dtype=torch.int32, device=input_ids.device))
         return ModelOutput(logits=self.lm_head(h_BTD) if compute_logits else None, hidden=h_BTD,
                            routed_experts=routed, replaced_experts=int(n_replaced))
 
@@ -473,13 +473,18 @@ class Transformer(nn.Module):
         """Drafting with the cache: MTP module `depth` (1..D) on T (hidden, token) pairs.
 
         Row b covers the last T main-model positions of its slot, i = lengths[slot]-T ..
-        lengths[slot]-1: hidden [B, T, D] holds h^{depth-1}_i (depth 1: ModelOutput.hidden of those
-        tokens; depth k > 1: the hidden this method returned for depth k-1) and input_ids [B, T]
-        holds t_{i+depth} (real tokens, then drafts for the newest positions). The module's cache
-        entry i is (re)written, it attends over entries 0..i, and returns (logits [B, T, V]
-        predicting t_{i+depth+1}, hidden [B, T, D] for depth+1). So after each accepted chunk,
-        advance the cache first, then call depth 1 on the accepted tokens' hiddens to catch up and
-        draft at once; entries that held drafts are rewritten by the next call."""
+        lengths[slot]-1 (advance the cache over the accepted tokens first). hidden [B, T, D]
+        holds h^{depth-1}_i (depth 1: ModelOutput.hidden at those positions; depth k > 1: the
+        hidden this method returned for depth k-1 on the same window) and input_ids [B, T] holds
+        t_{i+depth}: real tokens, then drafts for the newest depth-1 positions. Cache entry i of
+        this module is (re)written, attention reads entries 0..i. Returns (logits [B, T, V]
+        predicting t_{i+depth+1}, hidden [B, T, D] for depth+1).
+
+        The entries whose token was a draft (the last depth-1 of a window) are only valid if the
+        drafts are accepted, so each round's window must start D-1 positions before the round's
+        newly accepted tokens: the engine keeps the last D-1 main hiddens of each sequence and
+        calls every depth on the same window (tests/model/test_model.py shows the loop).
+        """
         B, T = input_ids.shape
         slots = torch.as_tensor(slots, dtype=torch.int64, device=input_ids.device)
         step = cache.step(slots, T, cache.lengths[slots] - T)

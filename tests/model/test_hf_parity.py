@@ -15,8 +15,7 @@ from opencomposer.errors import CheckpointError
 from opencomposer.model import ModelConfig, Transformer, load_pretrained, save_pretrained
 from opencomposer.model.model import MoE
 
-transformers = pytest.importorskip("transformers")
-from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM  # noqa: E402
+from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
 
 BASE = dict(vocab_size=67, hidden_size=32, intermediate_size=40, moe_intermediate_size=16,
             num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2, head_dim=8,

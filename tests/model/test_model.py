@@ -74,6 +74,27 @@ def test_transformers5_layout_is_read():
     assert (cfg.num_experts, cfg.rope_theta, cfg.rope_scaling["factor"]) == (6, 5e5, 2.0)
 
 
+def test_hub_config_of_qwen3_30b_a3b():
+    """The key set of the Hub's Qwen3-30B-A3B config.json reads, and gives its 30.5B parameters."""
+    hub = {"architectures": ["Qwen3MoeForCausalLM"], "attention_bias": False, "attention_dropout": 0.0,
+           "bos_token_id": 151643, "decoder_sparse_step": 1, "eos_token_id": 151645, "head_dim": 128,
+           "hidden_act": "silu", "hidden_size": 2048, "initializer_range": 0.02, "intermediate_size": 6144,
+           "max_position_embeddings": 40960, "max_window_layers": 48, "mlp_only_layers": [],
+           "model_type": "qwen3_moe", "moe_intermediate_size": 768, "norm_topk_prob": True,
+           "num_attention_heads": 32, "num_experts": 128, "num_experts_per_tok": 8, "num_hidden_layers": 48,
+           "num_key_value_heads": 4, "output_router_logits": False, "rms_norm_eps": 1e-06,
+           "rope_scaling": None, "rope_theta": 1000000.0, "router_aux_loss_coef": 0.001,
+           "sliding_window": None, "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+           "transformers_version": "4.51.0", "use_cache": True, "use_sliding_window": False,
+           "vocab_size": 151936}
+    cfg = ModelConfig.from_hf_dict(hub)
+    with torch.device("meta"):
+        n_params = sum(p.numel() for p in Transformer(cfg).parameters())
+    assert round(n_params / 1e9, 1) == 30.5
+    with pytest.raises(ConfigError, match="sliding"):
+        ModelConfig.from_hf_dict({**hub, "use_sliding_window": True})
+
+
 def test_layer_kinds_follow_sparse_step_and_mlp_only_layers():
     cfg = tiny_config(num_hidden_layers=6, decoder_sparse_step=2, mlp_only_layers=[3])
     assert cfg.moe_layers == [1, 5]
@@ -216,26 +237,31 @@ def test_cache_overflow_is_a_clear_error(model_and_ids):
 
 # ---- MTP ----------------------------------------------------------------------------------
 
-def test_mtp_logits_alignment_and_step_api_agree(model_and_ids):
-    """The cached step-wise drafting API computes what the training API computes."""
+def test_mtp_drafting_with_the_cache_matches_training(model_and_ids):
+    """The engine's drafting pattern, with deliberately wrong drafts at depth 2: every (hidden,
+    real token) position still gets the logits of the training API, because each round's window
+    reaches D-1 positions back and rewrites the cache entries that held a draft."""
     model, ids = model_and_ids
-    T = ids.shape[1]
-    out = model(ids)
-    train_logits = model.mtp_logits(ids, out.hidden)
-    assert [x.shape for x in train_logits] == [(3, T - 2, 61), (3, T - 3, 61)]
-    cache = KVCache(model.config, max_slots=3, max_len=T)
-    slots = torch.tensor([0, 1, 2])
-    n = 0
-    for chunk in (6, 1, 5, 1):  # the engine's pattern: accept `chunk` tokens, then catch up + draft
-        main = model(ids[:, n:n + chunk], cache, slots)
-        cache.advance(slots, chunk)
-        # depth 1 at positions n..n+chunk-1 reads h_i and t_{i+1}
-        logits1, h1 = model.mtp_step(1, main.hidden, ids[:, n + 1:n + chunk + 1], cache, slots)
-        torch.testing.assert_close(logits1, train_logits[0][:, n:n + chunk], atol=1e-5, rtol=1e-4)
-        # depth 2 reads h^1_i and t_{i+2}; only positions with a target exist in training
-        logits2, _ = model.mtp_step(2, h1[:, :chunk], ids[:, n + 2:n + chunk + 2], cache, slots)
-        torch.testing.assert_close(logits2, train_logits[1][:, n:n + chunk], atol=1e-5, rtol=1e-4)
-        n += chunk
+    B, T = ids.shape
+    D = model.config.num_mtp_modules
+    main = model(ids)
+    train = model.mtp_logits(ids, main.hidden)
+    assert [x.shape for x in train] == [(B, T - 2, 61), (B, T - 3, 61)]
+    cache = KVCache(model.config, max_slots=B, max_len=T)
+    slots = torch.arange(B)
+    hidden, n = [], 0
+    for c in (6, 1, 3, 2, 1, 4):  # accepted tokens per round
+        out = model(ids[:, n:n + c], cache, slots)
+        cache.advance(slots, c)
+        hidden.append(out.hidden)
+        w = max(0, n - (D - 1))  # window start: D-1 positions before this round's tokens
+        h_BTD = torch.cat(hidden, 1)[:, w:n + c]
+        logits1, h_BTD = model.mtp_step(1, h_BTD, ids[:, w + 1:n + c + 1], cache, slots)
+        torch.testing.assert_close(logits1, train[0][:, w:n + c], atol=1e-5, rtol=1e-4)
+        draft = (logits1[:, -1].argmax(-1, keepdim=True) + 1) % 61  # a draft that is surely wrong
+        logits2, _ = model.mtp_step(2, h_BTD, torch.cat([ids[:, w + 2:n + c + 1], draft], 1), cache, slots)
+        torch.testing.assert_close(logits2[:, :-1], train[1][:, w:n + c - 1], atol=1e-5, rtol=1e-4)
+        n += c
 
 
 def test_mtp_losses():
