@@ -1,0 +1,72 @@
+"""The `opencomposer sandbox exec` contract (ARCHITECTURE.md) and `sandbox gc`."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from sandbox_util import tree_state
+from typer.testing import CliRunner
+
+from opencomposer.sandbox.cli import app
+
+runner = CliRunner()
+
+
+@pytest.fixture(autouse=True)
+def private_store(store, monkeypatch):
+    monkeypatch.setenv("OPENCOMPOSER_SANDBOX_DIR", str(store))
+
+
+def test_json_contract_and_host_dir_unchanged(project):
+    before = tree_state(project)
+    r = runner.invoke(app, ["exec", "--workspace", str(project), "--json", "--",
+                            "sh", "-c", "echo out; echo err >&2; echo x > README.md; rm -r pkg; touch new; exit 3"])
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.stdout)
+    assert set(out) == {"exit_code", "stdout", "stderr", "timed_out", "oom_killed", "duration_s"}
+    assert out["exit_code"] == 3 and out["stdout"] == "out\n" and out["stderr"] == "err\n"
+    assert out["timed_out"] is False and out["oom_killed"] is False and out["duration_s"] > 0
+    assert tree_state(project) == before
+
+
+def test_limits_flags_report_timeout_and_oom(project):
+    r = runner.invoke(app, ["exec", "--workspace", str(project), "--timeout", "1", "--json", "--", "sleep", "30"])
+    out = json.loads(r.stdout)
+    assert out["timed_out"] is True and out["exit_code"] is None
+    r = runner.invoke(app, ["exec", "--workspace", str(project), "--memory-mb", "100", "--json", "--",
+                            "python3", "-c", "bytearray(1 << 30)"])
+    out = json.loads(r.stdout)
+    assert out["oom_killed"] is True and out["exit_code"] is None
+    r = runner.invoke(app, ["exec", "--workspace", str(project), "--pids", "8", "--json", "--",
+                            "sh", "-c", "for i in 1 2 3 4 5 6 7 8 9 10; do sleep 1 & done; wait"])
+    assert "fork" in json.loads(r.stdout)["stderr"] or "Resource" in json.loads(r.stdout)["stderr"]
+
+
+def test_passthrough_mode_forwards_output_and_exit_code(project):
+    r = runner.invoke(app, ["exec", "--workspace", str(project), "--", "sh", "-c", "cat README.md; exit 5"])
+    assert r.exit_code == 5 and r.stdout == "# demo\n\nA small project.\n"
+    r = runner.invoke(app, ["exec", "--workspace", str(project), "--timeout", "0.5", "--", "sleep", "10"])
+    assert r.exit_code == 124
+
+
+def test_network_flag_and_top_level_command(project):
+    cmd = [sys.executable, "-m", "opencomposer.cli", "sandbox", "exec", "--workspace", str(project), "--json",
+           "--network", "--", "sh", "-c", "tail -n +3 /proc/net/dev | cut -d: -f1 | sort"]
+    out = json.loads(subprocess.run(cmd, capture_output=True, text=True, check=True).stdout)
+    assert out["exit_code"] == 0 and len(out["stdout"].split()) > 1  # the host's interfaces, not only lo
+
+
+def test_missing_bwrap_is_a_setup_error_with_the_fix(project, monkeypatch):
+    import shutil
+    real_which = shutil.which
+    monkeypatch.setattr(shutil, "which", lambda name: None if name == "bwrap" else real_which(name))
+    r = runner.invoke(app, ["exec", "--workspace", str(project), "--", "true"])
+    assert r.exit_code == 125 and "apt-get install -y bubblewrap" in r.stderr
+
+
+def test_gc_reports_what_it_removed(store):
+    r = runner.invoke(app, ["gc", "--store", str(store)])
+    assert r.exit_code == 0 and set(json.loads(r.stdout)) == {"mounts", "dirs", "cgroups"}
