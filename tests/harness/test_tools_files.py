@@ -119,6 +119,17 @@ def test_edit_file_no_match_shows_closest_region_with_line_numbers(ws):
     assert (ws / "src/pkg/mod.py").read_text().count("def sub(a, b)") == 1  # untouched
 
 
+def test_edit_file_no_match_finds_region_despite_indentation_and_in_big_files(ws):
+    r = box(ws).call("edit_file", {"path": "src/pkg/mod.py", "old_string": "def add(a, b):\nreturn a + b",
+                                   "new_string": "x"})
+    assert r.stats.error_kind == "no_match" and "lines 4-5 (100% similar)" in r.error
+    lines = [f"    result_{i} = step(data_{i}, scale={i})" for i in range(5000)]
+    (ws / "big.py").write_text("\n".join(lines) + "\n")
+    old = "\n".join(lines[3000:3030]).replace("scale=3010", "scale=3011")  # 5000 x 30: the anchored search
+    r = box(ws).call("edit_file", {"path": "big.py", "old_string": old, "new_string": "x"})
+    assert r.stats.error_kind == "no_match" and "--- lines 3001-3030 (" in r.error
+
+
 def test_edit_file_ambiguous_match_says_where(ws):
     r = box(ws).call("edit_file", {"path": "src/pkg/mod.py", "old_string": "(a, b):", "new_string": "(x, y):"})
     assert not r.ok and r.stats.error_kind == "ambiguous_match"

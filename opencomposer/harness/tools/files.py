@@ -90,25 +90,48 @@ async def read_file(box, args: dict) -> str:
 
 # ---------------------------------------------------------------- edit_file
 
+_TOKEN = re.compile(r"\w+|[^\w\s]")
+
+
 def _closest_regions(text: str, old: str, k: int = 3) -> list[tuple[int, int, float]]:
     """The k windows of the file most similar to `old`: (first_line, last_line, ratio), 1-based.
 
-    Windows have as many lines as `old`; `quick_ratio` (a character-multiset upper bound of
-    `ratio`) prunes before the exact difflib ratio. Whitespace at line ends is ignored.
+    Windows have as many lines as `old` and are compared as token sequences (words and
+    punctuation; whitespace ignored, so a wrong indentation still finds its region).
+    Windows are ranked by difflib's `quick_ratio` (a multiset upper bound of `ratio`), then
+    the best 20 get the exact `ratio`. On big inputs (file lines x old lines > 100k) the
+    candidate windows come from anchors: the file lines most similar to old's first, middle
+    and last non-blank lines, each giving the window it would start.
     """
-    lines = [line.rstrip() for line in text.splitlines()]
-    target = "\n".join(line.rstrip() for line in old.splitlines())
-    n = max(1, len(old.splitlines()))
+    ltoks = [_TOKEN.findall(line) for line in text.splitlines()]
+    otoks = [_TOKEN.findall(line) for line in old.splitlines()] or [[]]
+    n = len(otoks)
+    starts = range(max(1, len(ltoks) - n + 1))
     sm = difflib.SequenceMatcher(autojunk=False)
-    sm.set_seq2(target)  # seq2 is the one difflib caches
+    if len(ltoks) * n > 100_000:
+        nonblank = [i for i, t in enumerate(otoks) if t] or [0]
+        cands = set()
+        for a in {nonblank[0], nonblank[len(nonblank) // 2], nonblank[-1]}:
+            sm.set_seq2(otoks[a])
+            scored = []
+            for j, toks in enumerate(ltoks):
+                sm.set_seq1(toks)
+                scored.append((sm.quick_ratio(), j))
+            cands |= {min(max(0, j - a), starts[-1]) for _, j in sorted(scored, reverse=True)[:20]}
+        starts = sorted(cands)
+    sm.set_seq2([t for toks in otoks for t in toks])  # seq2 is the one difflib caches
+
+    def window(i: int) -> list[str]:
+        return [t for toks in ltoks[i:i + n] for t in toks]
+
     scored = []
-    for i in range(max(1, len(lines) - n + 1)):
-        sm.set_seq1("\n".join(lines[i:i + n]))
+    for i in starts:
+        sm.set_seq1(window(i))
         scored.append((sm.quick_ratio(), i))
     scored.sort(reverse=True)
     best = []
     for _, i in scored[:max(20, k)]:
-        sm.set_seq1("\n".join(lines[i:i + n]))
+        sm.set_seq1(window(i))
         best.append((sm.ratio(), i))
     best.sort(key=lambda t: (-t[0], t[1]))
     picked: list[tuple[int, int, float]] = []
@@ -116,7 +139,7 @@ def _closest_regions(text: str, old: str, k: int = 3) -> list[tuple[int, int, fl
         if ratio < 0.3 or len(picked) == k:
             break
         if all(abs(i + 1 - a) >= n for a, _, _ in picked):  # no overlapping windows
-            picked.append((i + 1, min(i + n, len(lines)), ratio))
+            picked.append((i + 1, min(i + n, len(ltoks)), ratio))
     return picked
 
 
