@@ -12,7 +12,7 @@ Shape legend (suffixes on tensor names):
     H query heads       G key/value heads         C head_dim                 V vocab_size
     E experts           K experts per token       F expert/MLP width         N = B*T tokens
     M = N*K (token, expert) pairs                 S cache slots              L cache max_len
-    Y MoE layers (config.moe_layers)              X cache layers (main + MTP)
+    Y MoE layers (config.moe_layers)              X cache layers (main + MTP)     c = C/2 rotary pairs
 
 The forward has two modes:
   * training / full recompute: `model(input_ids_BT)`: positions 0..T-1, causal attention over
@@ -73,8 +73,8 @@ def rope_frequencies(config: ModelConfig) -> tuple[torch.Tensor, float]:
     0.1 * ln(s) + 1 (or by mscale/mscale_all_dim, or by attention_factor when given).
     """
     C, theta = config.head_dim, config.rope_theta
-    # Explicit CPU: load_pretrained builds the model under torch.device("meta"), but this
-    # buffer is not in the checkpoint and must hold real values.
+    # Explicit CPU: load_pretrained builds the model under torch.device("meta"), but these
+    # frequencies are not in the checkpoint and must hold real values.
     pos_freqs = theta ** (torch.arange(0, C, 2, dtype=torch.float, device="cpu") / C)
     rs = config.rope_scaling
     if rs is None:
@@ -374,6 +374,8 @@ class ModelOutput:
 # ---- the model ----------------------------------------------------------------------------
 
 class Transformer(nn.Module):
+    """Embedding -> num_hidden_layers Blocks -> RMSNorm -> lm_head, plus D MTP modules."""
+
     def __init__(self, config: ModelConfig):
         super().__init__()
         self.config = cfg = config
@@ -384,8 +386,9 @@ class Transformer(nn.Module):
         if cfg.tie_word_embeddings:
             self.lm_head.weight = self.embed_tokens.weight
         self.mtp = nn.ModuleList(MTPModule(cfg) for _ in range(cfg.num_mtp_modules))
-        inv_freq, self.rope_scale = rope_frequencies(cfg)
-        self.register_buffer("inv_freq", inv_freq, persistent=False)
+        # A plain float32 attribute, not a buffer, so that model.to(torch.bfloat16) cannot round
+        # the frequencies (a 0.4% error in a frequency is radians of error at position 1000).
+        self.inv_freq, self.rope_scale = rope_frequencies(cfg)
         self.apply(self._init_weights)
 
     def _init_weights(self, module: nn.Module) -> None:
@@ -400,7 +403,7 @@ class Transformer(nn.Module):
 
     def rope(self, pos_BT: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
         """cos, sin [B, T, C] of angle pos * inv_freq (both halves), times the YaRN scale."""
-        freqs_BTc = pos_BT[..., None].float() * self.inv_freq.float()
+        freqs_BTc = pos_BT[..., None].float() * self.inv_freq.to(pos_BT.device)
         emb_BTC = torch.cat((freqs_BTc, freqs_BTc), dim=-1)
         return (emb_BTC.cos() * self.rope_scale).to(dtype), (emb_BTC.sin() * self.rope_scale).to(dtype)
 

@@ -299,3 +299,12 @@ def test_committed_yaml_configs_build(tmp_path):
     bad.write_text("vocab_size: 10\nhiden_size: 8\n")
     with pytest.raises(ConfigError, match="hiden_size"):
         ModelConfig.from_yaml(bad)
+
+
+def test_bfloat16_model_keeps_float32_rope_frequencies():
+    model = tiny_model()
+    pos = torch.tensor([[4000]])
+    cos32, _ = model.rope(pos, torch.float32)
+    model.to(torch.bfloat16)
+    cos16, _ = model.rope(pos, torch.bfloat16)
+    torch.testing.assert_close(cos16.float(), cos32, atol=1e-2, rtol=0)  # bf16 rounding of cos, no more
