@@ -10,11 +10,13 @@ import typer
 
 from opencomposer.harness.cli import app as tool_app
 from opencomposer.sandbox.cli import app as sandbox_app
+from opencomposer.tasks.cli import app as tasks_app
 
 app = typer.Typer(no_args_is_help=True, add_completion=False,
                   help="opencomposer: train coding agents the way Composer 2 was trained.")
 app.add_typer(sandbox_app, name="sandbox", help="Isolated copy-on-write workspaces.")
 app.add_typer(tool_app, name="tool", help="The agent's IDE tools, one call at a time.")
+app.add_typer(tasks_app, name="tasks", help="Task suites: build, grade, validate, export.")
 
 
 @app.command()

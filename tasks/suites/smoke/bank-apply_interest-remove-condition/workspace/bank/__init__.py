@@ -1,0 +1,1 @@
+"""Toy bank accounts."""
