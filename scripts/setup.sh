@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-DEB_PKGS=(bubblewrap ripgrep runsc git patch)
+DEB_PKGS=(bubblewrap ripgrep runsc git patch chromium)
 TORCH_PIN="torch==2.13.0"
 STAMP=.venv/.opencomposer-setup
 want_stamp=$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -d' ' -f1)
