@@ -46,6 +46,7 @@ tests' inputs (hidden tests are the defence against that: the agent never sees t
 
 from __future__ import annotations
 
+import codecs
 import errno
 import fnmatch
 import hashlib
@@ -205,10 +206,22 @@ def patch_paths(patch: str) -> set[str]:
         if path:
             paths.add(path)
             i += 1
-        else:  # rename or copy: "a\td\t" NUL old NUL new
+        else:  # rename or copy inside a repository: "a\td\t" NUL old NUL new
             paths.update(fields[i + 1:i + 3])
             i += 3
+    # outside a repository numstat names only the new side of a rename: add the old one
+    # (extended header lines cannot be confused with hunk lines, which start with " +-\\")
+    for line in patch.splitlines():
+        if line.startswith("rename from "):
+            paths.add(_unquote(line[len("rename from "):]))
     return paths
+
+
+def _unquote(path: str) -> str:
+    """git's C-style quoting of unusual path names ("a\\tb" with octal escapes for bytes)."""
+    if len(path) > 1 and path[0] == path[-1] == '"':
+        return codecs.escape_decode(path[1:-1].encode())[0].decode("utf-8", "surrogateescape")
+    return path
 
 
 def is_protected(rel: str, test_dirs: set[str]) -> bool:

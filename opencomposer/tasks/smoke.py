@@ -9,8 +9,8 @@ one test per function, `test_<qualname>`). A *mutation* breaks one function:
     remove_condition, listed in MUTATIONS with the instruction's wording of the symptom
     wrong_value
 
-A candidate task is one mutation, or (for larger families) two body removals in the same
-project. For each candidate the project's tests are run in the sandbox on the broken tree:
+A candidate task is one mutation, or (for larger families) two mutations of different
+functions of one project. For each candidate the project's tests are run in the sandbox on the broken tree:
 the tests that fail become fail-to-pass (hidden: removed from the visible test files, whose
 full versions go to hidden_tests/), the rest pass-to-pass; a mutation no test notices is
 skipped. The gold patch is the diff from the broken sources back to the originals.
@@ -21,7 +21,7 @@ API:
 
 writes n task directories (deterministic for a given seed and library: candidates are
 shuffled with random.Random(seed), then taken round-robin across projects, singles before
-pairs; ~100 singles and a few hundred pairs are available) and a suite.toml.
+pairs; 96 singles and 224 pairs are available) and a suite.toml.
 `python -m opencomposer.tasks.smoke --n 16 --seed 0 --out tasks/suites/smoke` regenerates
 the committed suite.
 
@@ -229,25 +229,23 @@ def drop_tests(src: str, names: set[str]) -> str:
 
 
 def catalog() -> tuple[list[tuple[Mutation, ...]], list[tuple[Mutation, ...]]]:
-    """(singles, pairs): every candidate task, in a fixed order."""
+    """(singles, pairs): every candidate task, in a fixed order. A pair breaks two different
+    functions of one project, with any two of their mutations."""
     singles, pairs = [], []
     for name in projects():
-        removals = body_removals(name)
-        singles += [(m,) for m in removals] + [(m,) for m in MUTATIONS if m.project == name]
-        pairs += [(a, b) for i, a in enumerate(removals) for b in removals[i + 1:]]
+        mine = body_removals(name) + [m for m in MUTATIONS if m.project == name]
+        singles += [(m,) for m in mine]
+        pairs += [(a, b) for i, a in enumerate(mine) for b in mine[i + 1:] if a.qualname != b.qualname]
     return singles, pairs
 
 
 def task_id(muts: tuple[Mutation, ...]) -> str:
-    quals = "-".join(m.qualname.replace(".", "_").lower() for m in muts)
-    return f"{muts[0].project}-{quals}-{muts[0].kind.replace('_', '-')}"
+    parts = [f"{m.qualname.replace('.', '_').lower()}-{m.kind.replace('_', '-')}" for m in muts]
+    return "-".join([muts[0].project, *parts])
 
 
 def instruction(muts: tuple[Mutation, ...]) -> str:
-    where = [f"`{m.qualname}` in {m.path}" for m in muts]
-    if len(muts) == 2:
-        return f"Implement {where[0]} and {where[1]}."
-    return muts[0].says.format(f=where[0])
+    return " ".join(m.says.format(f=f"`{m.qualname}` in {m.path}") for m in muts)
 
 
 def _round_robin(cands: list[tuple[Mutation, ...]]) -> list[tuple[Mutation, ...]]:
