@@ -32,3 +32,12 @@ class TaskError(OpenComposerError):
 
 class MessageError(OpenComposerError, ValueError):
     """A chat message from a user or API client is malformed (unknown role, wrong field type)."""
+
+
+class InferenceError(OpenComposerError):
+    """An inference server or engine refused a request (the message carries its reason) or
+    could not be reached after retries; `status` is the HTTP status when there was one."""
+
+    def __init__(self, message: str, status: int | None = None):
+        super().__init__(message)
+        self.status = status

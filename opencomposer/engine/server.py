@@ -1,0 +1,583 @@
+"""The inference server: an engine behind SGLang's native API and OpenAI's, on 127.0.0.1.
+
+Endpoints (`create_app`; `opencomposer serve` runs it with uvicorn):
+
+- ``POST /generate``: token in, token out, with SGLang's field names. Request: ``input_ids``
+  (a list of ids, or a list of lists for a batch; or ``text``, encoded after ``<|bos|>``),
+  ``sampling_params`` (``temperature``, ``top_p``, ``top_k``, ``max_new_tokens`` (default 128,
+  cut to what fits the context when not given), ``stop``, ``stop_token_ids``,
+  ``sampling_seed`` (or ``seed``), ``skip_special_tokens``, ``no_stop_trim``; SGLang's
+  penalties, ``min_p``, ``min_new_tokens``, ``ignore_eos`` and ``n`` only at their neutral
+  values), ``return_logprob``, ``return_text_in_logprobs``, ``return_routed_experts``,
+  ``routed_experts_start_len``, ``rid``. Response (a list for a batch): ``text``,
+  ``output_ids`` (stop token included) and ``meta_info``: ``id``, ``finish_reason``
+  ({"type": "stop", "matched": id or string} | {"type": "length", "length": n} |
+  {"type": "abort", ...}), ``prompt_tokens``, ``completion_tokens``, ``cached_tokens`` (0),
+  ``weight_version`` (the policy version as a string, as SGLang), ``e2e_latency``,
+  ``output_token_logprobs`` ([[logprob, token_id, text or null], ...]), ``routed_experts``
+  (base64 int32, rows ``[routed_experts_start_len, P + T - 1)``, see protocol.py), and the
+  opencomposer extensions ``routed_experts_shape`` ([rows, L_moe, K]), ``policy_versions``
+  (per output token) and ``spec_accepted_tokens`` / ``spec_proposed_tokens``.
+- ``POST /v1/chat/completions`` (OpenAI): messages and tools through harness/chat.py's
+  format; ``choices[i].message`` has content, tool_calls and reasoning_content;
+  finish_reason "tool_calls" when the reply holds a valid call; ``stop`` strings are matched
+  on the decoded reply; ``logprobs``; ``n``; vLLM's ``return_token_ids`` adds
+  ``choices[i].token_ids`` and ``prompt_token_ids``. ``max_tokens`` defaults to the rest of
+  the context.
+- ``POST /v1/completions`` (OpenAI, with vLLM's extensions): ``prompt`` as a string (encoded
+  after ``<|bos|>``), a list of ids, or a list of either; ``logprobs`` (the sampled tokens'
+  logprobs; ``top_logprobs`` is null: alternatives are not computed), ``n``,
+  ``return_token_ids``, ``return_tokens_as_token_ids``, and routed experts with
+  ``return_routed_experts`` (ours) + ``routed_experts_prompt_start`` (vLLM's; .npy in base64).
+- ``POST /update_weights_from_disk`` {model_path, load_format} (SGLang's): loads an HF
+  checkpoint directory and swaps the weights in place between decode steps; the policy
+  version increments. Answers {success, message, version} (400 with success false on a bad
+  checkpoint; the old weights stay).
+- ``GET /health``, ``GET /v1/models``, ``GET /get_model_info``, ``GET /metrics`` (Prometheus
+  text: requests by endpoint and status, prompt and generated tokens, requests in flight,
+  running/waiting when the engine counts them, policy version, weight updates, speculative
+  tokens proposed/accepted and the acceptance rate).
+
+Bad input (malformed JSON, missing fields, wrong types, token ids outside the vocabulary, a
+prompt that leaves no room in the context, an explicit max tokens that does not fit, bad
+sampling parameters, unsupported options) is answered 400 with
+``{"error": {"message", "type": "invalid_request_error", "code": 400}}``; an unknown route
+404, an engine failure 500, in the same shape; the server keeps serving. Unknown top-level
+fields are ignored (clients send many); unknown sampling parameters are refused.
+
+Left out: streaming (``stream: true`` is refused with a 400), prompt-token logprobs
+(``logprob_start_len`` >= 0 inside the prompt), top-k alternative logprobs, ``echo``,
+tool_choice other than "auto"/"none", authentication (bind to 127.0.0.1, the default).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import functools
+import json
+import logging
+import time
+import uuid
+from collections import Counter
+from typing import Any, Callable, ClassVar
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, PlainTextResponse
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from opencomposer.engine.client import chat_turn
+from opencomposer.engine.protocol import (
+    apply_stop_strings, b64_int32, b64_npy, routed_rows, sglang_finish_reason, text_before_stop,
+)
+from opencomposer.engine.types import GenerationRequest, GenerationResult, InferenceEngine, SamplingParams
+from opencomposer.errors import CheckpointError, ConfigError, MessageError
+from opencomposer.harness.chat import encode_messages
+from opencomposer.model.tokenizer import Tokenizer
+
+log = logging.getLogger(__name__)
+
+
+class BadRequest(Exception):
+    """A client error, answered with `status` and the message."""
+
+    def __init__(self, message: str, status: int = 400):
+        super().__init__(message)
+        self.status = status
+
+
+def _error(status: int, message: str, kind: str) -> JSONResponse:
+    return JSONResponse({"error": {"message": message, "type": kind, "code": status}}, status_code=status)
+
+
+def _reject_constant(name: str):
+    raise ValueError(f"{name} is not valid JSON")
+
+
+async def _parse(request: Request, model: type[BaseModel]) -> Any:
+    raw = await request.body()
+    try:
+        obj = json.loads(raw, parse_constant=_reject_constant)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise BadRequest(f"request body is not valid JSON: {exc}") from None
+    if not isinstance(obj, dict):
+        raise BadRequest(f"request body must be a JSON object, got {type(obj).__name__}")
+    return _validate(model, obj)
+
+
+def _validate(model: type[BaseModel], obj: Any, prefix: str = "") -> Any:
+    try:
+        return model.model_validate(obj)
+    except ValidationError as exc:
+        problems = []
+        for e in exc.errors()[:6]:
+            # union branches add type tags such as "list[int]" to the location: not field names
+            loc = ".".join(str(x) for x in (prefix, *e["loc"]) if x != "" and not (isinstance(x, str) and "[" in x))
+            problems.append(f"{loc or 'body'}: {e['msg']}")
+        raise BadRequest("invalid request: " + "; ".join(problems)) from None
+
+
+# ----------------------------------------------------------------------------- request bodies
+
+
+class _Body(BaseModel):
+    # Strict: "0.5" is not a float, 1 is not a bool. Unknown top-level fields are ignored.
+    model_config = ConfigDict(strict=True, extra="ignore")
+
+    @model_validator(mode="after")
+    def _neutral_only(self):
+        """Options SGLang/OpenAI have and this engine does not: accepted at their neutral value only."""
+        for name, neutral in self.neutral_values.items():
+            if getattr(self, name) != neutral:
+                raise ValueError(f"{name}={getattr(self, name)!r} is not supported by this server "
+                                 f"(only {neutral!r})")
+        return self
+
+    neutral_values: ClassVar[dict[str, Any]] = {}
+
+
+class SGLangSampling(_Body):
+    model_config = ConfigDict(strict=True, extra="forbid")
+    temperature: float = Field(1.0, ge=0, allow_inf_nan=False)
+    top_p: float = Field(1.0, gt=0, le=1, allow_inf_nan=False)
+    top_k: int = Field(-1, ge=-1)
+    max_new_tokens: int | None = Field(None, ge=1)
+    stop: str | list[str] | None = None
+    stop_token_ids: list[int] | None = None
+    sampling_seed: int | None = None
+    seed: int | None = None
+    skip_special_tokens: bool = True
+    spaces_between_special_tokens: bool = True  # no effect: byte-level BPE decodes exactly
+    no_stop_trim: bool = False
+    min_p: float = 0.0
+    frequency_penalty: float = 0.0
+    presence_penalty: float = 0.0
+    repetition_penalty: float = 1.0
+    min_new_tokens: int = 0
+    ignore_eos: bool = False
+    n: int = 1
+    neutral_values: ClassVar[dict[str, Any]] = {"min_p": 0.0, "frequency_penalty": 0.0, "presence_penalty": 0.0, "repetition_penalty": 1.0,
+                "min_new_tokens": 0, "ignore_eos": False, "n": 1}
+
+
+class GenerateBody(_Body):
+    input_ids: Any = None
+    text: str | list[str] | None = None
+    sampling_params: Any = None
+    rid: str | list[str] | None = None
+    return_logprob: bool = False
+    logprob_start_len: int = -1
+    top_logprobs_num: int = 0
+    return_text_in_logprobs: bool = False
+    return_routed_experts: bool = False
+    routed_experts_start_len: int = Field(0, ge=0)
+    stream: bool = False
+    neutral_values: ClassVar[dict[str, Any]] = {"top_logprobs_num": 0, "stream": False}
+
+
+class _OpenAIBody(_Body):
+    model: str | None = None
+    temperature: float | None = Field(None, ge=0, le=2, allow_inf_nan=False)
+    top_p: float | None = Field(None, gt=0, le=1, allow_inf_nan=False)
+    top_k: int | None = Field(None, ge=-1)
+    n: int = Field(1, ge=1, le=16)
+    stop: str | list[str] | None = None
+    stop_token_ids: list[int] | None = None
+    seed: int | None = None
+    stream: bool = False
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    return_token_ids: bool = False
+    neutral_values: ClassVar[dict[str, Any]] = {"stream": False, "presence_penalty": 0.0, "frequency_penalty": 0.0}
+
+
+class ChatBody(_OpenAIBody):
+    messages: list[Any] = Field(min_length=1)
+    tools: list[Any] | None = None
+    tool_choice: str | None = None
+    max_tokens: int | None = Field(None, ge=1)
+    max_completion_tokens: int | None = Field(None, ge=1)
+    logprobs: bool = False
+    top_logprobs: int = 0
+    neutral_values: ClassVar[dict[str, Any]] = {**_OpenAIBody.neutral_values, "top_logprobs": 0}
+
+    @model_validator(mode="after")
+    def _tool_choice(self):
+        if self.tool_choice not in (None, "auto", "none"):
+            raise ValueError(f"tool_choice={self.tool_choice!r} is not supported (only 'auto' or 'none')")
+        return self
+
+
+class CompletionBody(_OpenAIBody):
+    prompt: Any = None
+    max_tokens: int | None = Field(None, ge=1)
+    logprobs: int | None = Field(None, ge=0)
+    echo: bool = False
+    suffix: str | None = None
+    skip_special_tokens: bool = True
+    include_stop_str_in_output: bool = False
+    return_tokens_as_token_ids: bool = False
+    return_routed_experts: bool = False
+    routed_experts_prompt_start: int = Field(0, ge=0)
+    neutral_values: ClassVar[dict[str, Any]] = {**_OpenAIBody.neutral_values, "echo": False, "suffix": None}
+
+
+class UpdateWeightsBody(_Body):
+    model_path: str = Field(min_length=1)
+    load_format: str | None = None
+    weight_version: str | None = None
+
+    @model_validator(mode="after")
+    def _format(self):
+        if self.load_format not in (None, "auto", "safetensors"):
+            raise ValueError(f"load_format={self.load_format!r} is not supported (only HF safetensors directories)")
+        return self
+
+
+# ----------------------------------------------------------------------------- the server
+
+
+def _load_state_dict(path: str) -> dict:
+    from opencomposer.model import load_pretrained
+
+    return load_pretrained(path).state_dict()
+
+
+class Server:
+    """The engine, the tokenizer, the limits and the counters behind the routes."""
+
+    def __init__(self, engine: InferenceEngine, tokenizer: Tokenizer, *, max_len: int, vocab_size: int,
+                 model_name: str, load_weights: Callable[[str], dict]):
+        self.engine, self.tok = engine, tokenizer
+        self.max_len, self.vocab_size, self.model_name = max_len, vocab_size, model_name
+        self.load_weights = load_weights
+        self.requests: Counter[tuple[str, int]] = Counter()
+        self.prompt_tokens = self.generated_tokens = self.spec_accepted = self.spec_proposed = 0
+        self.weight_updates = self.in_flight = 0
+        self.created = int(time.time())
+
+    # --- validation
+
+    def check_ids(self, ids: Any, what: str) -> list[int]:
+        if not isinstance(ids, list) or not all(type(t) is int for t in ids):
+            raise BadRequest(f"{what} must be a list of token ids (integers)")
+        if not ids:
+            raise BadRequest(f"{what} is empty")
+        bad = [t for t in ids if not 0 <= t < self.vocab_size]
+        if bad:
+            raise BadRequest(f"{what} holds token id {bad[0]}, outside the vocabulary [0, {self.vocab_size})")
+        if len(ids) >= self.max_len:
+            raise BadRequest(f"{what} has {len(ids)} tokens; the context holds {self.max_len} (prompt + output), "
+                             f"so the prompt must be shorter than {self.max_len}")
+        return ids
+
+    def budget(self, prompt_len: int, requested: int | None, default: int | None, field: str) -> int:
+        """Tokens to generate: an explicit request must fit the context; a default is cut to fit."""
+        room = self.max_len - prompt_len
+        if requested is None:
+            return room if default is None else min(default, room)
+        if requested > room:
+            raise BadRequest(f"{field}={requested} does not fit: the prompt has {prompt_len} tokens and the context "
+                             f"holds {self.max_len}, so at most {room} can be generated")
+        return requested
+
+    def sampling(self, **kw) -> SamplingParams:
+        stop_ids = kw.get("stop_token_ids") or ()
+        if any(not 0 <= t < self.vocab_size for t in stop_ids):
+            raise BadRequest(f"stop_token_ids must be in [0, {self.vocab_size})")
+        kw = {k: v for k, v in kw.items() if v is not None}
+        if isinstance(kw.get("stop"), str):
+            kw["stop"] = (kw["stop"],)
+        kw["stop"], kw["stop_token_ids"] = tuple(kw.get("stop", ())), tuple(stop_ids)
+        try:
+            return SamplingParams(**kw)
+        except ValueError as exc:
+            raise BadRequest(str(exc)) from None
+
+    def text_prompt(self, text: str) -> list[int]:
+        return [self.tok.bos_id, *self.tok.encode(text)] if self.tok.bos_id is not None else self.tok.encode(text)
+
+    # --- running
+
+    async def run(self, request: GenerationRequest, stop: tuple[str, ...]) -> tuple[GenerationResult, str | int | None]:
+        self.in_flight += 1
+        try:
+            result = await self.engine.generate(request)
+        finally:
+            self.in_flight -= 1
+        result, matched = apply_stop_strings(result, self.tok, stop)
+        if matched is None and result.finish_reason == "stop" and result.output_ids:
+            matched = result.output_ids[-1]
+        self.prompt_tokens += len(result.prompt_ids)
+        self.generated_tokens += len(result.output_ids)
+        self.spec_accepted += result.spec_accepted
+        self.spec_proposed += result.spec_proposed
+        return result, matched
+
+    async def generate_ids(self, ids: list[int], sampling: SamplingParams) -> GenerationResult:
+        """Token-level generate for `chat_turn` (it matches stop strings itself)."""
+        req = GenerationRequest(input_ids=ids, sampling=sampling, return_logprob=True, request_id=uuid.uuid4().hex)
+        return (await self.run(req, ()))[0]
+
+    def metrics(self) -> str:
+        lines = ["# TYPE opencomposer_requests_total counter"]
+        lines += [f'opencomposer_requests_total{{endpoint="{p}",status="{s}"}} {n}'
+                  for (p, s), n in sorted(self.requests.items())]
+        gauges = {"requests_in_flight": self.in_flight, "policy_version": self.engine.policy_version}
+        for name in ("num_running", "num_waiting"):  # engines that schedule requests count them
+            if isinstance(getattr(self.engine, name, None), int):
+                gauges[f"requests_{name.removeprefix('num_')}"] = getattr(self.engine, name)
+        if self.spec_proposed:
+            gauges["spec_acceptance_rate"] = self.spec_accepted / self.spec_proposed
+        counters = {"prompt_tokens_total": self.prompt_tokens, "generation_tokens_total": self.generated_tokens,
+                    "spec_accepted_tokens_total": self.spec_accepted,
+                    "spec_proposed_tokens_total": self.spec_proposed, "weight_updates_total": self.weight_updates}
+        for kind, values in (("counter", counters), ("gauge", gauges)):
+            for name, value in values.items():
+                lines += [f"# TYPE opencomposer_{name} {kind}", f"opencomposer_{name} {value}"]
+        return "\n".join(lines) + "\n"
+
+
+def create_app(engine: InferenceEngine, tokenizer: Tokenizer, *, max_len: int, vocab_size: int,
+               model_name: str = "opencomposer", load_weights: Callable[[str], dict] = _load_state_dict) -> FastAPI:
+    """The FastAPI app serving `engine` (see the module docstring). `max_len` is the engine's
+    context (prompt + output tokens per request); `load_weights(path)` turns a checkpoint
+    directory into the state dict `engine.update_weights` takes."""
+    srv = Server(engine, tokenizer, max_len=max_len, vocab_size=vocab_size, model_name=model_name,
+                 load_weights=load_weights)
+    app = FastAPI(title="opencomposer inference server", docs_url=None, redoc_url=None)
+    app.state.server = srv
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(request: Request, exc: StarletteHTTPException):
+        srv.requests[(request.url.path if exc.status_code != 404 else "unknown", exc.status_code)] += 1
+        return _error(exc.status_code, f"{request.method} {request.url.path}: {exc.detail}", "not_found_error"
+                      if exc.status_code == 404 else "invalid_request_error")
+
+    def route(method: str, path: str):
+        """Register a handler that answers every failure as a JSON error and counts requests."""
+        def wrap(fn):
+            @functools.wraps(fn)
+            async def handler(request: Request):
+                try:
+                    response = await fn(request)
+                except BadRequest as exc:
+                    response = _error(exc.status, str(exc), "invalid_request_error")
+                except MessageError as exc:
+                    response = _error(400, f"bad message: {exc}", "invalid_request_error")
+                except Exception as exc:  # the engine failed: report it, keep serving
+                    log.exception("%s %s failed", method, path)
+                    response = _error(500, f"internal error: {type(exc).__name__}: {exc}", "internal_error")
+                srv.requests[(path, getattr(response, "status_code", 200))] += 1
+                return response
+            app.add_api_route(path, handler, methods=[method])
+            return handler
+        return wrap
+
+    @route("GET", "/health")
+    async def health(request: Request):
+        return JSONResponse({"status": "ok", "policy_version": engine.policy_version})
+
+    @route("GET", "/v1/models")
+    async def models(request: Request):
+        return JSONResponse({"object": "list", "data": [
+            {"id": model_name, "object": "model", "created": srv.created, "owned_by": "opencomposer",
+             "max_model_len": max_len}]})
+
+    @route("GET", "/get_model_info")
+    async def model_info(request: Request):
+        return JSONResponse({"model_path": model_name, "is_generation": True, "max_len": max_len,
+                             "weight_version": str(engine.policy_version)})
+
+    @route("GET", "/metrics")
+    async def metrics(request: Request):
+        return PlainTextResponse(srv.metrics(), media_type="text/plain; version=0.0.4")
+
+    @route("POST", "/generate")
+    async def generate(request: Request):
+        body: GenerateBody = await _parse(request, GenerateBody)
+        if body.input_ids is not None:
+            batch = isinstance(body.input_ids, list) and bool(body.input_ids) and isinstance(body.input_ids[0], list)
+            prompts = [srv.check_ids(p, f"input_ids[{i}]") for i, p in enumerate(body.input_ids)] if batch else \
+                [srv.check_ids(body.input_ids, "input_ids")]
+        elif body.text is not None:
+            batch = isinstance(body.text, list)
+            prompts = [srv.check_ids(srv.text_prompt(t), "text") for t in (body.text if batch else [body.text])]
+        else:
+            raise BadRequest("give the prompt as input_ids (token ids) or text")
+        sp_raw = body.sampling_params
+        if isinstance(sp_raw, list):
+            sps = [_validate(SGLangSampling, x, f"sampling_params[{i}]") for i, x in enumerate(sp_raw)]
+        else:
+            sps = [_validate(SGLangSampling, sp_raw or {}, "sampling_params")] * len(prompts)
+        rids = body.rid if isinstance(body.rid, list) else [body.rid] * len(prompts)
+        if len(sps) != len(prompts) or len(rids) != len(prompts):
+            raise BadRequest(f"sampling_params and rid lists must have one entry per prompt ({len(prompts)})")
+        jobs = []
+        for ids, sp, rid in zip(prompts, sps, rids):
+            if 0 <= body.logprob_start_len < len(ids):
+                raise BadRequest("prompt-token logprobs (logprob_start_len inside the prompt) are not supported")
+            if body.return_routed_experts and body.routed_experts_start_len > len(ids):
+                raise BadRequest(f"routed_experts_start_len={body.routed_experts_start_len} must be in "
+                                 f"[0, prompt length {len(ids)}]")
+            sampling = srv.sampling(temperature=sp.temperature, top_p=sp.top_p, top_k=sp.top_k,
+                                    max_new_tokens=srv.budget(len(ids), sp.max_new_tokens, 128,
+                                                              "sampling_params.max_new_tokens"),
+                                    stop=sp.stop, stop_token_ids=sp.stop_token_ids,
+                                    seed=sp.sampling_seed if sp.sampling_seed is not None else sp.seed)
+            req = GenerationRequest(
+                input_ids=ids, sampling=dataclasses.replace(sampling, stop=()), return_logprob=body.return_logprob,
+                return_routed_experts=body.return_routed_experts,
+                return_prompt_routed_experts=body.return_routed_experts and body.routed_experts_start_len < len(ids) - 1,
+                request_id=rid or uuid.uuid4().hex)
+            jobs.append((req, sampling, sp))
+        t0 = time.perf_counter()
+        results = await asyncio.gather(*(srv.run(req, sampling.stop) for req, sampling, _ in jobs))
+        latency = time.perf_counter() - t0
+        out = [_sglang_response(srv, body, sp, result, matched, latency)
+               for (_, _, sp), (result, matched) in zip(jobs, results)]
+        return JSONResponse(out if batch else out[0])
+
+    @route("POST", "/v1/completions")
+    async def completions(request: Request):
+        body: CompletionBody = await _parse(request, CompletionBody)
+        p = body.prompt
+        if isinstance(p, str):
+            prompts = [srv.text_prompt(p)]
+        elif isinstance(p, list) and p and all(type(t) is int for t in p):
+            prompts = [p]
+        elif isinstance(p, list) and p and all(isinstance(x, (str, list)) for x in p):
+            prompts = [srv.text_prompt(x) if isinstance(x, str) else x for x in p]
+        else:
+            raise BadRequest("prompt must be a string, a list of token ids, or a non-empty list of either")
+        prompts = [srv.check_ids(ids, "prompt") for ids in prompts]
+        jobs = []
+        for ids in prompts:
+            if body.return_routed_experts and body.routed_experts_prompt_start > len(ids):
+                raise BadRequest(f"routed_experts_prompt_start={body.routed_experts_prompt_start} must be in "
+                                 f"[0, prompt length {len(ids)}]")
+            for i in range(body.n):
+                sampling = srv.sampling(
+                    temperature=body.temperature, top_p=body.top_p, top_k=body.top_k, stop=body.stop,
+                    max_new_tokens=srv.budget(len(ids), body.max_tokens, 16, "max_tokens"),
+                    stop_token_ids=body.stop_token_ids, seed=None if body.seed is None else body.seed + i)
+                req = GenerationRequest(
+                    input_ids=ids, sampling=dataclasses.replace(sampling, stop=()),
+                    return_logprob=body.logprobs is not None, return_routed_experts=body.return_routed_experts,
+                    return_prompt_routed_experts=body.return_routed_experts
+                    and body.routed_experts_prompt_start < len(ids) - 1, request_id=uuid.uuid4().hex)
+                jobs.append(srv.run(req, sampling.stop))
+        results = await asyncio.gather(*jobs)
+        choices = [_completion_choice(srv, body, i, r, m) for i, (r, m) in enumerate(results)]
+        completion_tokens = sum(len(r.output_ids) for r, _ in results)
+        prompt_tokens = sum(len(ids) for ids in prompts)
+        return JSONResponse({"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", "created": int(time.time()),
+                             "model": model_name, "choices": choices,
+                             "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+                                       "total_tokens": prompt_tokens + completion_tokens}})
+
+    @route("POST", "/v1/chat/completions")
+    async def chat(request: Request):
+        body: ChatBody = await _parse(request, ChatBody)
+        tools = body.tools if body.tool_choice != "none" else None
+        if tools is not None and not all(isinstance(t, dict) for t in tools):
+            raise BadRequest("tools must be a list of function schemas (objects)")
+        ids = srv.check_ids(encode_messages(tokenizer, body.messages, tools, add_generation_prompt=True), "messages")
+        requested = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
+        max_new = srv.budget(len(ids), requested, None, "max_tokens")
+        turns = await asyncio.gather(*(
+            chat_turn(srv.generate_ids, tokenizer, ids, srv.sampling(
+                temperature=body.temperature, top_p=body.top_p, top_k=body.top_k, max_new_tokens=max_new,
+                stop=body.stop, stop_token_ids=body.stop_token_ids,
+                seed=None if body.seed is None else body.seed + i), call_id_prefix=f"call_{uuid.uuid4().hex[:8]}_")
+            for i in range(body.n)))
+        choices = []
+        for i, turn in enumerate(turns):
+            result: GenerationResult = turn.raw
+            choice: dict[str, Any] = {"index": i, "message": turn.message, "finish_reason": turn.finish_reason,
+                                      "logprobs": None}
+            if body.logprobs:
+                choice["logprobs"] = {"content": [
+                    {"token": (s := tokenizer.decode([t])), "logprob": lp, "bytes": list(s.encode()), "top_logprobs": []}
+                    for t, lp in zip(result.output_ids, result.logprobs)]}
+            if body.return_token_ids:
+                choice["token_ids"] = result.output_ids
+            choices.append(choice)
+        completion_tokens = sum(t.usage.completion_tokens for t in turns)
+        response = {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion", "created": int(time.time()),
+                    "model": model_name, "choices": choices,
+                    "usage": {"prompt_tokens": len(ids), "completion_tokens": completion_tokens,
+                              "total_tokens": len(ids) + completion_tokens}}
+        if body.return_token_ids:
+            response["prompt_token_ids"] = ids
+        return JSONResponse(response)
+
+    @route("POST", "/update_weights_from_disk")
+    async def update_weights(request: Request):
+        body: UpdateWeightsBody = await _parse(request, UpdateWeightsBody)
+        version = int(body.weight_version) if body.weight_version and body.weight_version.isdigit() else None
+        try:
+            state = await asyncio.to_thread(srv.load_weights, body.model_path)
+            # On the event loop: the engine swaps weights between its decode steps.
+            new_version = engine.update_weights(state, version)
+        except (CheckpointError, ConfigError, OSError, ValueError, KeyError, RuntimeError) as exc:
+            return JSONResponse({"success": False, "version": engine.policy_version,
+                                 "message": f"weights not updated from {body.model_path}: {exc}",
+                                 "error": {"message": str(exc), "type": "invalid_request_error", "code": 400}},
+                                status_code=400)
+        srv.weight_updates += 1
+        return JSONResponse({"success": True, "version": new_version, "num_paused_requests": 0,
+                             "message": f"loaded {body.model_path}: policy version {new_version}"})
+
+    return app
+
+
+def _sglang_response(srv: Server, body: GenerateBody, sp: SGLangSampling, result: GenerationResult,
+                     matched: str | int | None, latency: float) -> dict:
+    tok = srv.tok
+    ids = result.output_ids
+    trim_token = isinstance(matched, int) and not sp.no_stop_trim
+    text = tok.decode(ids[:-1] if trim_token else ids, skip_special=sp.skip_special_tokens)
+    if isinstance(matched, str) and not sp.no_stop_trim:
+        text = text_before_stop(text, matched)
+    version = result.policy_version if result.policy_version is not None else srv.engine.policy_version
+    meta: dict[str, Any] = {
+        "id": result.request_id, "finish_reason": sglang_finish_reason(result, matched),
+        "prompt_tokens": len(result.prompt_ids), "completion_tokens": len(ids), "cached_tokens": 0,
+        "weight_version": str(version), "policy_versions": result.policy_versions, "e2e_latency": latency,
+    }
+    if body.return_logprob:
+        meta["output_token_logprobs"] = [[lp, t, tok.decode([t]) if body.return_text_in_logprobs else None]
+                                         for lp, t in zip(result.logprobs, ids)]
+    if body.return_routed_experts and ids:
+        rows = routed_rows(result, body.routed_experts_start_len)
+        meta["routed_experts"] = b64_int32(rows)
+        meta["routed_experts_shape"] = list(rows.shape)
+    if result.spec_proposed:
+        meta["spec_accepted_tokens"], meta["spec_proposed_tokens"] = result.spec_accepted, result.spec_proposed
+    return {"text": text, "output_ids": ids, "meta_info": meta}
+
+
+def _completion_choice(srv: Server, body: CompletionBody, index: int, result: GenerationResult,
+                       matched: str | int | None) -> dict:
+    tok = srv.tok
+    ids = result.output_ids
+    text = tok.decode(ids, skip_special=body.skip_special_tokens)
+    if isinstance(matched, str) and not body.include_stop_str_in_output:
+        text = text_before_stop(text, matched)
+    choice: dict[str, Any] = {"index": index, "text": text, "logprobs": None, "finish_reason": result.finish_reason,
+                              "stop_reason": matched}
+    if body.logprobs is not None:
+        tokens = [f"token_id:{t}" if body.return_tokens_as_token_ids else tok.decode([t]) for t in ids]
+        offsets, at = [], 0
+        for t in ids:
+            offsets.append(at)
+            at += len(tok.decode([t]))
+        choice["logprobs"] = {"tokens": tokens, "token_logprobs": result.logprobs, "top_logprobs": None,
+                              "text_offset": offsets}
+    if body.return_token_ids:
+        choice["token_ids"], choice["prompt_token_ids"] = ids, result.prompt_ids
+    if body.return_routed_experts and ids:
+        choice["routed_experts"] = b64_npy(routed_rows(result, body.routed_experts_prompt_start))
+    return choice
