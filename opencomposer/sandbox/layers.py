@@ -63,7 +63,12 @@ def _escape(path: Path) -> str:
 
 def mount_overlay(target: Path, lower_top_first: Sequence[Path], upper: Path | None = None,
                   work: Path | None = None) -> None:
-    """overlayfs mount via mount(2) (no `mount` binary: ~50x cheaper). Read-only without `upper`."""
+    """overlayfs mount via mount(2) (no `mount` binary: ~50x cheaper). Read-only without `upper`.
+
+    Not `volatile`: it would skip the upper fs sync at umount, but on ext4 the extra
+    incompat dir it creates costs more than the sync saves (measured: 1.9 vs 0.6 ms per
+    mkdir+mount+umount cycle).
+    """
     opts = "lowerdir=" + ":".join(_escape(p) for p in lower_top_first)
     if upper is not None:
         opts += f",upperdir={_escape(upper)},workdir={_escape(work)}"  # type: ignore[arg-type]

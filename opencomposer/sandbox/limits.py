@@ -365,12 +365,14 @@ def run(spec: LaunchSpec, limits: Limits, stdin: bytes | None = None,
     kill = lambda: _kill_tree(prep, proc.pid)  # noqa: E731
     if running is not None:
         running.add(kill)
-    if stdin:
-        _feed_stdin(proc, stdin)
     out, err = _Capped(limits.output_bytes), _Capped(limits.output_bytes)
     sel = selectors.DefaultSelector()
     sel.register(proc.stdout, selectors.EVENT_READ, out)  # type: ignore[arg-type]
     sel.register(proc.stderr, selectors.EVENT_READ, err)  # type: ignore[arg-type]
+    pending_in = memoryview(stdin or b"")
+    if stdin:  # written as the command reads it: one that never reads cannot block us
+        os.set_blocking(proc.stdin.fileno(), False)  # type: ignore[union-attr]
+        sel.register(proc.stdin, selectors.EVENT_WRITE, "stdin")  # type: ignore[arg-type]
     pidfd = os.pidfd_open(proc.pid)
     sel.register(pidfd, selectors.EVENT_READ, None)
     deadline = prep.started + limits.timeout_s
@@ -391,6 +393,14 @@ def run(spec: LaunchSpec, limits: Limits, stdin: bytes | None = None,
                     proc.wait()
                     if prep.cgroup is not None:
                         prep.cgroup.kill_all()
+                elif key.data == "stdin":
+                    try:
+                        pending_in = pending_in[os.write(key.fd, pending_in[:_READ_CHUNK]):]
+                    except BrokenPipeError:
+                        pending_in = pending_in[:0]
+                    if not pending_in:
+                        sel.unregister(key.fileobj)
+                        proc.stdin.close()  # type: ignore[union-attr]
                 elif chunk := os.read(key.fd, _READ_CHUNK):
                     key.data.add(chunk)
                 else:
@@ -402,8 +412,9 @@ def run(spec: LaunchSpec, limits: Limits, stdin: bytes | None = None,
     finally:
         sel.close()
         os.close(pidfd)
-        proc.stdout.close()  # type: ignore[union-attr]
-        proc.stderr.close()  # type: ignore[union-attr]
+        for pipe in (proc.stdin, proc.stdout, proc.stderr):
+            if pipe is not None:
+                pipe.close()
         if proc.returncode is None:
             _kill_tree(prep, proc.pid)
             proc.wait()
@@ -411,20 +422,6 @@ def run(spec: LaunchSpec, limits: Limits, stdin: bytes | None = None,
             running.discard(kill)
     return _finish(prep, proc.returncode, out.value(), err.value(), timed_out,
                    bool(out.dropped or err.dropped))
-
-
-def _feed_stdin(proc: subprocess.Popen, data: bytes) -> None:
-    # Small inputs fit the pipe buffer; larger ones would need a writer loop, and a command
-    # that never reads stdin must not block us, so cap at one pipe's worth.
-    try:
-        proc.stdin.write(data[: 1 << 16])  # type: ignore[union-attr]
-    except BrokenPipeError:
-        pass
-    finally:
-        try:
-            proc.stdin.close()  # type: ignore[union-attr]
-        except BrokenPipeError:
-            pass
 
 
 async def arun(spec: LaunchSpec, limits: Limits, stdin: bytes | None = None,
@@ -450,7 +447,7 @@ async def arun(spec: LaunchSpec, limits: Limits, stdin: bytes | None = None,
 
     async def feed() -> None:
         try:
-            proc.stdin.write(stdin[: 1 << 16])  # type: ignore[index, union-attr]
+            proc.stdin.write(stdin)  # type: ignore[arg-type, union-attr]
             await proc.stdin.drain()  # type: ignore[union-attr]
             proc.stdin.close()  # type: ignore[union-attr]
         except (BrokenPipeError, ConnectionResetError):
@@ -461,19 +458,21 @@ async def arun(spec: LaunchSpec, limits: Limits, stdin: bytes | None = None,
         if prep.cgroup is not None:  # orphans holding the pipes die now, so the pumps see EOF
             prep.cgroup.kill_all()
 
-    tasks = [asyncio.ensure_future(pump(proc.stdout, out)),  # type: ignore[arg-type]
+    tasks = [asyncio.ensure_future(body()),
+             asyncio.ensure_future(pump(proc.stdout, out)),  # type: ignore[arg-type]
              asyncio.ensure_future(pump(proc.stderr, err))]  # type: ignore[arg-type]
     if stdin:
         tasks.append(asyncio.ensure_future(feed()))
-    timed_out = False
     try:
-        await asyncio.wait_for(asyncio.gather(body(), *tasks), limits.timeout_s)
-    except asyncio.TimeoutError:
-        timed_out = True
-        _kill_tree(prep, proc.pid)
-        await proc.wait()
-        await asyncio.wait(tasks, timeout=2.0)
-    except BaseException:  # cancelled: the sandbox must not outlive the rollout
+        _, pending = await asyncio.wait(tasks, timeout=limits.timeout_s)
+        timed_out = bool(pending)
+        if timed_out:
+            _kill_tree(prep, proc.pid)
+            await proc.wait()
+            await asyncio.wait(pending, timeout=2.0)
+        elif tasks[0].exception() is not None:
+            raise tasks[0].exception()  # type: ignore[misc]
+    except BaseException:  # cancelled (or a kill failed): the sandbox must not outlive the rollout
         _kill_tree(prep, proc.pid)
         await asyncio.shield(proc.wait())
         _finish(prep, proc.returncode, b"", b"", False, False)

@@ -20,8 +20,18 @@ def test_exit_codes_stdin_and_cwd(ws):
     r = ws.exec(["sh", "-c", "pwd; cat"], cwd="pkg", stdin=b"from stdin")
     assert r.stdout == "/workspace/pkg\nfrom stdin" and r.ok
     assert ws.exec("echo $0 via bash").stdout == "bash via bash\n"
+    big = b"z" * 3_000_000
+    assert ws.exec(["wc", "-c"], stdin=big).stdout.strip() == str(len(big))
+    assert ws.exec(["true"], stdin=big, limits=Limits(timeout_s=10)).ok  # never reads: no hang
     killed = ws.exec(["sh", "-c", "kill -TERM $$"])
     assert killed.exit_code == 128 + 15 and not killed.timed_out
+
+
+async def test_aexec_stdin_and_output_cap(ws):
+    r = await ws.aexec(["wc", "-c"], stdin=b"q" * 2_000_000)
+    assert r.stdout.strip() == "2000000"
+    flood = await ws.aexec(["head", "-c", "5000000", "/dev/zero"], limits=Limits(output_bytes=1000))
+    assert flood.ok and flood.output_truncated and len(flood.stdout) == 1000
 
 
 def test_file_size_limit(ws):
