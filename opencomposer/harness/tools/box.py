@@ -92,7 +92,8 @@ class ToolBox:
         self.todos = TodoList()
         self._embedder = embedder
         self._index = None
-        self._write_locks: dict[asyncio.AbstractEventLoop, asyncio.Lock] = {}
+        self._write_lock_loop: asyncio.AbstractEventLoop | None = None
+        self._write_lock_obj: asyncio.Lock | None = None
 
     def schemas(self) -> list[dict]:
         """OpenAI function-calling tool schemas, one per tool."""
@@ -117,9 +118,11 @@ class ToolBox:
         return self._index
 
     def _write_lock(self) -> asyncio.Lock:
-        # One lock per event loop: the sync helper runs each call in a fresh loop.
+        # An asyncio.Lock belongs to one event loop, and `call()` runs each call in a fresh one.
         loop = asyncio.get_running_loop()
-        return self._write_locks.setdefault(loop, asyncio.Lock())
+        if self._write_lock_loop is not loop:
+            self._write_lock_loop, self._write_lock_obj = loop, asyncio.Lock()
+        return self._write_lock_obj
 
     async def run(self, call: ToolCall) -> ToolResult:
         """Run one call; every failure is a ToolResult with ok=False, never an exception."""
