@@ -121,6 +121,48 @@ def _lines(data: bytes) -> list[str]:
     return lines
 
 
+def _range(start: int, stop: int) -> str:
+    """A unified-diff hunk range: 1-based start and length; an empty range names the line before."""
+    length = stop - start
+    if length == 1:
+        return str(start + 1)
+    return f"{start if length == 0 else start + 1},{length}"
+
+
+def unified(a: list[str], b: list[str], n: int = 3) -> Iterator[str]:
+    """Hunks (`@@` headers and ` `/`-`/`+` lines) turning lines `a` into `b`, with n lines of context.
+
+    The common head and tail are trimmed before matching: SequenceMatcher is superlinear
+    in file length, and an agent's edit is usually a small region of a large file.
+    """
+    lo, most = 0, min(len(a), len(b))
+    while lo < most and a[lo] == b[lo]:
+        lo += 1
+    hi = 0
+    while hi < most - lo and a[-1 - hi] == b[-1 - hi]:
+        hi += 1
+    matcher = difflib.SequenceMatcher(None, a[lo:len(a) - hi], b[lo:len(b) - hi])
+    changes = [(i1 + lo, i2 + lo, j1 + lo, j2 + lo)
+               for tag, i1, i2, j1, j2 in matcher.get_opcodes() if tag != "equal"]
+    hunks: list[list[tuple[int, int, int, int]]] = []
+    for change in changes:  # changes closer than 2n equal lines share a hunk
+        if hunks and change[0] - hunks[-1][-1][1] <= 2 * n:
+            hunks[-1].append(change)
+        else:
+            hunks.append([change])
+    for hunk in hunks:
+        a1, a2 = max(0, hunk[0][0] - n), min(len(a), hunk[-1][1] + n)
+        b1, b2 = max(0, hunk[0][2] - n), min(len(b), hunk[-1][3] + n)
+        yield f"@@ -{_range(a1, a2)} +{_range(b1, b2)} @@\n"
+        i = a1
+        for i1, i2, j1, j2 in hunk:
+            yield from (" " + line for line in a[i:i1])  # equal lines before this change
+            yield from ("-" + line for line in a[i1:i2])
+            yield from ("+" + line for line in b[j1:j2])
+            i = i2
+        yield from (" " + line for line in a[i:a2])
+
+
 def file_diff(rel: str, old: tuple[str, bytes] | None, new: tuple[str, bytes] | None) -> str:
     """The `diff --git` section for one path ("" when both sides are equal)."""
     if old == new:
@@ -141,7 +183,8 @@ def file_diff(rel: str, old: tuple[str, bytes] | None, new: tuple[str, bytes] | 
     if _is_binary(old_data) or _is_binary(new_data):
         out.append(f"Binary files {a} and {b} differ\n")
         return "".join(out)
-    for line in difflib.unified_diff(_lines(old_data), _lines(new_data), a, b, n=3):
+    out.append(f"--- {a}\n+++ {b}\n")
+    for line in unified(_lines(old_data), _lines(new_data)):
         out.append(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n")
     return "".join(out)
 
