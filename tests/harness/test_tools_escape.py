@@ -123,6 +123,21 @@ def test_symlink_inside_the_workspace_is_followed(setup):
     assert r.ok and "fine" in r.output
 
 
+def test_symlinks_resolve_as_inside_the_sandbox(setup):
+    box, root, outside = setup
+    (root / "sub").mkdir()
+    (root / "sub" / "abs_in").symlink_to("/workspace/ok.txt")  # as `ln -s /workspace/ok.txt` in the sandbox
+    (root / "sub" / "up").symlink_to("../ok.txt")
+    (root / "sub" / "abs_up").symlink_to("/workspace/../etc/passwd")
+    (root / "loop").symlink_to("loop")
+    for path in ["sub/abs_in", "sub/up", "/workspace/sub/abs_in"]:
+        r = box.call("read_file", {"path": path})
+        assert r.ok and "fine" in r.output, (path, r.error)
+    assert box.call("read_file", {"path": "sub/abs_up"}).stats.error_kind == "path_outside_workspace"
+    r = box.call("read_file", {"path": "loop"})
+    assert r.stats.error_kind == "invalid_arguments" and "symbolic links" in r.error
+
+
 # ---------------------------------------------------------------- races: a component becomes a symlink late
 
 def test_open_refuses_a_directory_swapped_for_a_symlink(setup):

@@ -47,6 +47,13 @@ def test_command_and_file_tools_see_the_same_tree(ws):
     assert "42" in box.call("read_file", {"path": "made_by_cmd.txt"}).output
 
 
+def test_links_made_in_the_sandbox_work_for_file_tools(ws):
+    box = ToolBox(ws)
+    assert box.call("run_terminal_cmd", {"command": "ln -s /workspace/hello.txt abs.txt; ln -s /etc/passwd pw"}).ok
+    assert "hello from the host" in box.call("read_file", {"path": "abs.txt"}).output
+    assert box.call("read_file", {"path": "pw"}).stats.error_kind == "path_outside_workspace"
+
+
 def test_output_is_capped_head_and_tail(ws):
     box = ToolBox(ws, ToolConfig(terminal_head_bytes=200, terminal_tail_bytes=200))
     r = box.call("run_terminal_cmd", {"command": "seq 1 100000"})

@@ -3,10 +3,12 @@
 File tools run on the host against `workspace.root` (not in the sandbox), so a path a
 model writes must never reach a host file outside that tree. Two layers of defence:
 
-1. `resolve()` maps the model's path to components under the root, after resolving
-   symlinks (`os.path.realpath`): `..` that climbs out, absolute host paths, and symlinks
-   (at any depth, a symlinked parent directory included) whose target lies outside are
-   refused with `path_outside_workspace`. Symlinks whose target stays inside are followed.
+1. `resolve()` maps the model's path to components under the root, resolving symlinks
+   itself the way the kernel would inside the sandbox (where the root is /workspace, so
+   a link to `/workspace/src` made by a command works for the file tools too): `..` that
+   climbs out, absolute host paths, and symlinks (at any depth, a symlinked parent
+   directory included) whose target lies outside are refused with
+   `path_outside_workspace`. Symlinks whose target stays inside are followed.
 2. The resolved components are then opened one at a time from a file descriptor of the
    root with `O_NOFOLLOW` (`openat` semantics via `dir_fd`). If anything swapped a
    component for a symlink after step 1 (a concurrent command in the same turn), the open
@@ -39,35 +41,53 @@ def _outside(path: str, why: str) -> ToolError:
                      f"{path!r} {why}; use a path relative to the workspace root (or under {WORKSPACE_MOUNT}/)")
 
 
-def resolve(root: str, path: str, *, follow_final: bool = True) -> tuple[str, ...]:
-    """Components of `path` relative to `root` (a realpath), symlinks resolved; () is the root.
+_MAX_LINKS = 40  # as the kernel's MAXSYMLINKS
 
-    With follow_final=False the last component is kept as written (delete a link, not its target).
+
+def resolve(root: str, path: str, *, follow_final: bool = True) -> tuple[str, ...]:
+    """Components of `path` under `root` (a realpath), symlinks resolved as the sandbox sees them.
+
+    Resolution is done here, component by component, as the kernel would inside the sandbox
+    (root = /workspace): a relative symlink continues from its directory, an absolute one
+    into /workspace/... restarts at the root, any other absolute target and any `..` above
+    the root are outside. With follow_final=False the last component is not followed (delete
+    a link, not its target). () is the root itself.
     """
     if not isinstance(path, str) or not path.strip():
         raise ToolError("invalid_arguments", "argument 'path' must be a non-empty path")
     if "\x00" in path:
         raise ToolError("invalid_arguments", "argument 'path' contains a NUL byte")
     rel = path.strip()
-    if os.path.isabs(rel):
-        norm = os.path.normpath(rel)
-        if norm != WORKSPACE_MOUNT and not norm.startswith(WORKSPACE_MOUNT + "/"):
+    if rel.startswith("/"):
+        if rel != WORKSPACE_MOUNT and not rel.startswith(WORKSPACE_MOUNT + "/"):
             raise _outside(path, "is an absolute path outside the workspace")
-        rel = os.path.relpath(norm, WORKSPACE_MOUNT)
-    norm = os.path.normpath(rel)
-    if norm == ".." or norm.startswith("../"):
-        raise _outside(path, "climbs out of the workspace with '..'")
-    if follow_final:
-        real = os.path.realpath(os.path.join(root, rel))
-    else:
-        parent, name = os.path.split(norm)
-        if name in ("", ".", ".."):
-            raise ToolError("invalid_arguments", f"{path!r} does not name a file")
-        real = os.path.join(os.path.realpath(os.path.join(root, parent)), name)
-    if real != root and not real.startswith(root + os.sep):
-        raise _outside(path, "resolves (through a symlink) to a location outside the workspace")
-    rel_real = os.path.relpath(real, root)
-    return () if rel_real == "." else tuple(rel_real.split(os.sep))
+        rel = rel[len(WORKSPACE_MOUNT):]
+    todo = [c for c in rel.split("/") if c not in ("", ".")]
+    if not follow_final and (not todo or todo[-1] == ".."):
+        raise ToolError("invalid_arguments", f"{path!r} does not name a file")
+    out: list[str] = []
+    links = 0
+    while todo:
+        name = todo.pop(0)
+        if name == "..":
+            if not out:
+                raise _outside(path, "climbs out of the workspace with '..'")
+            out.pop()
+            continue
+        host = os.path.join(root, *out, name)
+        if (todo or follow_final) and os.path.islink(host):
+            links += 1
+            if links > _MAX_LINKS:
+                raise ToolError("invalid_arguments", f"{path!r}: too many levels of symbolic links")
+            target = os.readlink(host)
+            if target.startswith("/"):
+                if target != WORKSPACE_MOUNT and not target.startswith(WORKSPACE_MOUNT + "/"):
+                    raise _outside(path, "resolves through a symlink to a location outside the workspace")
+                out, target = [], target[len(WORKSPACE_MOUNT):]
+            todo[:0] = [c for c in target.split("/") if c not in ("", ".")]
+            continue
+        out.append(name)
+    return tuple(out)
 
 
 def display(parts: tuple[str, ...]) -> str:
