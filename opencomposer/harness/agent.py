@@ -54,7 +54,7 @@ from typing import Protocol, Sequence, runtime_checkable
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from opencomposer.engine.types import GenerationRequest, GenerationResult, SamplingParams
+from opencomposer.engine.types import GenerationResult, SamplingParams
 from opencomposer.errors import ConfigError
 from opencomposer.harness.chat import (
     Message, encode_messages, encode_turn, finish_generated, generation_prompt_ids, parse_assistant,
@@ -170,15 +170,32 @@ class TokenPolicy(Protocol):
         ...
 
 
-class EnginePolicy:
-    """A `TokenPolicy` over an in-process `InferenceEngine` (engine/types.py)."""
+class TokenClientPolicy:
+    """A `TokenPolicy` over the token level of a `PolicyClient` (engine/client.py): the
+    embedded engine (InProcessClient), opencomposer's server or SGLang (SGLangClient), vLLM
+    (VLLMClient). `tokenizer` must be the served model's."""
 
-    def __init__(self, engine, tokenizer: Tokenizer, name: str = "engine", routed_experts: bool = True):
-        self.engine, self.tokenizer, self.name, self.routed_experts = engine, tokenizer, name, routed_experts
+    def __init__(self, client, tokenizer: Tokenizer, name: str = "tokens", routed_experts: bool = True):
+        self.client, self.tokenizer, self.name, self.routed_experts = client, tokenizer, name, routed_experts
 
     async def generate(self, input_ids: list[int], sampling: SamplingParams) -> GenerationResult:
-        return await self.engine.generate(GenerationRequest(
-            list(input_ids), sampling, return_logprob=True, return_routed_experts=self.routed_experts))
+        return await self.client.generate(input_ids, sampling, return_logprob=True,
+                                          return_routed_experts=self.routed_experts)
+
+
+class ChatClientPolicy:
+    """A `ChatPolicy` over the chat level of a `PolicyClient`: OpenAIChatClient for hosted
+    APIs (model name and prices), or a server's own chat endpoint. Malformed tool calls that
+    a token-level backend reports in `ChatResult.errors` are not in OpenAI's message, so the
+    model does not hear about them this way: use `TokenClientPolicy` for opencomposer models."""
+
+    def __init__(self, client, name: str, prices: Prices | None = None, sampling: SamplingParams | None = None):
+        self.client, self.name, self.prices = client, name, prices
+        self.sampling = sampling or SamplingParams(max_new_tokens=8192)
+
+    async def chat(self, messages: list[dict], tools: list[dict]) -> ChatReply:
+        r = await self.client.chat(messages, tools, self.sampling)
+        return ChatReply(r.message, r.usage.prompt_tokens, r.usage.completion_tokens, r.finish_reason)
 
 
 # ----------------------------------------------------------------------------- contexts
@@ -369,6 +386,8 @@ class Agent:
             return
         turn = await self._generate("action")
         msg = turn.message
+        if turn.cut_off and turn.completion_tokens == 0:  # the engine had no room left to generate
+            raise LimitsExceeded(f"context of {turn.prompt_tokens} tokens", "context_full")
         if not msg.tool_calls:
             if turn.cut_off:
                 self.trajectory.turns[-1].kind = "cut_off"

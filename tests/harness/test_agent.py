@@ -8,7 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from opencomposer.harness.agent import Agent, AgentConfig, ChatReply, EnginePolicy
+from opencomposer.engine.client import ChatResult, InProcessClient, Usage
+from opencomposer.engine.fake import FakeEngine, assistant_reply
+from opencomposer.harness.agent import Agent, AgentConfig, ChatClientPolicy, ChatReply, TokenClientPolicy
 from opencomposer.harness.chat import SUMMARY_PREFIX, encode_messages, encode_turn
 from opencomposer.harness.trajectory import Prices, Trajectory, read_jsonl, write_jsonl
 from opencomposer.model.tokenizer import END, bundled_tokenizer
@@ -134,6 +136,12 @@ async def test_context_full_when_no_room_is_left(ws, tok):
     config = AgentConfig(context_window=start_tokens(tok, ws, "go") + 30, summarize_at=None)
     t = await Agent(policy, ws, config).run("go")
     assert t.stop_reason == "context_full" and t.counts.turns == 1
+
+
+async def test_an_engine_out_of_context_ends_the_episode(ws, tok):
+    engine = FakeEngine(replies=[assistant_reply(tok, "never")], max_len=64)  # prompt alone is longer
+    t = await Agent(TokenClientPolicy(InProcessClient(engine, tok), tok), ws).run("go")
+    assert t.stop_reason == "context_full" and len(engine.requests) == 1
 
 
 async def test_self_summarization_continues_in_a_fresh_context(ws, tok):
@@ -276,23 +284,32 @@ async def test_token_level_summary_opens_a_fresh_masked_context(ws, tok):
     assert all(first.loss_mask[n - len(summary_ids) - 1:])
 
 
-async def test_engine_policy_adapts_an_in_process_engine(ws, tok):
-    scripted = ScriptedTokenPolicy(tok, ["hi"])
+async def test_token_level_through_the_fake_engine_and_in_process_client(ws, tok):
+    reply_ids = assistant_reply(tok, "Reading.", tool_calls=[{"name": "read_file", "arguments": {"path": "a.py"}}])
+    engine = FakeEngine(replies=[reply_ids, assistant_reply(tok, "x is 1.")], max_len=100_000)
+    t = await Agent(TokenClientPolicy(InProcessClient(engine, tok), tok), ws).run("What is x?")
+    assert t.stop_reason == "final" and t.final_message == "x is 1."
+    seg = t.segments[0]
+    first = engine.requests[0]
+    assert first.return_routed_experts and first.return_logprob
+    assert set(first.sampling.stop_token_ids) == {tok.special_id(END), tok.special_id("<|endoftext|>")}
+    p = len(first.input_ids)
+    assert seg.token_ids[:p] == list(first.input_ids)
+    assert seg.token_ids[p:p + len(reply_ids)] == reply_ids and seg.loss_mask[p:p + len(reply_ids)] == [1] * len(reply_ids)
+    assert seg.logprobs[p:p + len(reply_ids)] == [-(1 + i % 5) / 10 for i in reply_ids]
+    assert seg.routed_experts.shape == (len(seg.token_ids), 2, 2)
+    assert (seg.routed_experts[p:p + len(reply_ids)] >= 0).all() and (seg.routed_experts[:p] == -1).all()
+    assert "x = 1" in seg.messages[3]["content"]
 
-    class Engine:
-        policy_version = 0
 
-        def __init__(self):
-            self.requests = []
+async def test_chat_client_policy_passes_usage_through(ws):
+    class Client:
+        async def chat(self, messages, tools, sampling):
+            return ChatResult({"role": "assistant", "content": "hi"}, Usage(123, 4), "stop")
 
-        async def generate(self, request):
-            self.requests.append(request)
-            return await scripted.generate(request.input_ids, request.sampling)
-
-    engine = Engine()
-    t = await Agent(EnginePolicy(engine, tok), ws).run("go")
-    assert t.final_message == "hi" and engine.requests[0].return_routed_experts
-    assert engine.requests[0].sampling.stop_token_ids == (tok.special_id(END), tok.special_id("<|endoftext|>"))
+    t = await Agent(ChatClientPolicy(Client(), "api", Prices(1.0, 2.0)), ws).run("go")
+    assert t.counts.prompt_tokens == 123 and t.counts.completion_tokens == 4 and t.policy == "api"
+    assert t.cost_usd == pytest.approx((123 * 1.0 + 4 * 2.0) / 1e6)
 
 
 # ----------------------------------------------------------------------------- serialisation
