@@ -53,6 +53,7 @@ import hashlib
 import hmac
 import json
 import os
+import re
 import secrets
 import shutil
 import stat
@@ -222,6 +223,12 @@ def _unquote(path: str) -> str:
     if len(path) > 1 and path[0] == path[-1] == '"':
         return codecs.escape_decode(path[1:-1].encode())[0].decode("utf-8", "surrogateescape")
     return path
+
+
+def workspace_patch(ws) -> str:
+    """The agent's patch: `ws.diff()` without the venv (a patch touching .venv/ is rejected)."""
+    sections = re.split(r"(?m)^(?=diff --git )", ws.diff())
+    return "".join(s for s in sections if not s.startswith(f"diff --git a/{VENV_DIR}/"))
 
 
 def is_protected(rel: str, test_dirs: set[str]) -> bool:

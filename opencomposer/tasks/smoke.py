@@ -43,7 +43,7 @@ from pathlib import Path
 from opencomposer.errors import TaskError
 from opencomposer.sandbox.base import Backend
 from opencomposer.tasks.task import (GOLD_PATCH, HIDDEN_DIR, WORKSPACE_DIR, Environment, Source, Stats,
-                                     Suite, SuiteSpec, Task, TaskSpec, Tests, patch_stats, tree_diff)
+                                     Suite, SuiteSpec, Task, TaskSpec, TaskTests, patch_stats, tree_diff)
 
 PROJECTS_DIR = Path(__file__).parent / "smoke_projects"
 REQUIREMENTS = ["pytest==9.2.0", "iniconfig==2.3.1", "packaging==26.4", "pluggy==1.7.0", "pygments==2.21.0"]
@@ -344,7 +344,7 @@ def _write(path: Path, tid: str, muts: tuple[Mutation, ...], workspace: dict[str
     spec = TaskSpec(
         id=tid, instruction=text, created=CREATED,
         source=Source(kind="generated", package=muts[0].project, version=GENERATOR_VERSION, sha256="generated"),
-        tests=Tests(fail_to_pass=f2p, pass_to_pass=p2p, timeout_s=60),
+        tests=TaskTests(fail_to_pass=f2p, pass_to_pass=p2p, timeout_s=60),
         environment=Environment(requirements=REQUIREMENTS, test=".venv/bin/python -m pytest -q"),
         stats=Stats(gold_lines_changed=lines, gold_files_changed=nfiles, instruction_chars=len(text)))
     task = Task(path, spec)

@@ -76,7 +76,7 @@ class Source(_Strict):
         return self
 
 
-class Tests(_Strict):
+class TaskTests(_Strict):
     """The tests that decide the task: pytest node ids relative to the workspace root."""
 
     fail_to_pass: list[str] = Field(min_length=1)
@@ -87,7 +87,7 @@ class Tests(_Strict):
     """Wall-clock limit for one grading run of all the named tests."""
 
     @model_validator(mode="after")
-    def _check_ids(self) -> "Tests":
+    def _check_ids(self) -> "TaskTests":
         for nid in self.fail_to_pass + self.pass_to_pass:
             if "::" not in nid or nid.startswith("/") or ".." in nid.split("::")[0].split("/"):
                 raise ValueError(f"{nid!r} is not a pytest node id relative to the workspace (path.py::test)")
@@ -140,7 +140,7 @@ class TaskSpec(_Strict):
     created: str = "1970-01-01T00:00:00Z"
     """ISO timestamp of the task's creation (exported as created_at)."""
     source: Source
-    tests: Tests
+    tests: TaskTests
     environment: Environment
     stats: Stats
 

@@ -231,3 +231,18 @@ def test_cli_grade_json(clamp_task, tmp_path):
     out = json.loads(res.stdout)
     assert out["resolved"] is True
     assert (out["f2p_passed"], out["f2p_total"], out["p2p_passed"], out["p2p_total"]) == (1, 1, 3, 3)
+
+
+def test_workspace_patch_leaves_out_the_venv_and_grades(clamp_task, backend):
+    from opencomposer.tasks.build import task_image
+    from opencomposer.tasks.grade import workspace_patch
+
+    ws = task_image(clamp_task, backend).workspace()
+    try:
+        assert ws.exec(["git", "apply", "-"], stdin=clamp_task.gold_patch.encode()).ok
+        assert ws.exec("echo junk > .venv/lib/python3.11/site-packages/junk.pth && .venv/bin/python -m pytest -q").ok
+        patch = workspace_patch(ws)
+    finally:
+        ws.close()
+    assert ".venv" not in patch and "mathkit/numbers.py" in patch
+    assert grade(clamp_task, patch, backend=backend).resolved
