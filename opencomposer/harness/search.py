@@ -53,6 +53,8 @@ from typing import Protocol
 
 import numpy as np
 
+from opencomposer.harness.tools.base import split_lines
+
 WINDOW, OVERLAP, MAX_CHUNK_LINES = 40, 10, 80
 CHUNKER_VERSION = 1
 SKIP_DIRS = {".git", ".hg", ".svn", "node_modules", "__pycache__", ".venv", "venv", ".tox", ".nox",
@@ -125,7 +127,7 @@ def _python_chunks(text: str, n_lines: int) -> list[Chunk]:
 
 def chunk_file(rel: str, text: str) -> list[Chunk]:
     """The chunks of one file; blank chunks are dropped."""
-    lines = text.splitlines()
+    lines = split_lines(text)
     chunks = None
     if rel.endswith((".py", ".pyi")):
         with contextlib.suppress(SyntaxError, ValueError, RecursionError):
@@ -358,7 +360,7 @@ def embed_files(top: str, files: dict[str, tuple[int, int]], embedder: Embedder)
     for rel, (size, mtime_ns) in files.items():
         text = read_text(top, rel)
         chunks = [] if text is None else chunk_file(rel, text)
-        lines = [] if text is None else text.splitlines()
+        lines = [] if text is None else split_lines(text)
         metas.append((rel, size, mtime_ns, chunks))
         texts += [chunk_text(rel, lines, c) for c in chunks]
     vecs = embedder.embed(texts) if texts else None
@@ -519,7 +521,7 @@ class CodebaseIndex:
             cached = self._bm25.get(rel)
             if cached is None or cached[:2] != (size, mtime_ns):
                 text = read_text(self.root, rel) or ""
-                lines = text.splitlines()
+                lines = split_lines(text)
                 chunks = chunk_file(rel, text) if text else []
                 cached = (size, mtime_ns, chunks, [tokenize(chunk_text(rel, lines, c)) for c in chunks])
                 self._bm25[rel] = cached
@@ -548,7 +550,7 @@ def format_hits(root: str, hits: list[Hit], backend: str, snippet_lines: int = 1
         return "No results. Try other words, or grep for an exact identifier."
     out = [f"Top {len(hits)} results ({backend}):"]
     for n, h in enumerate(hits, 1):
-        lines = (read_text(root, h.path) or "").splitlines()
+        lines = split_lines(read_text(root, h.path) or "")
         out.append(f"\n{n}. {h.path}:{h.start}-{h.end} (score {h.score:.3f})")
         last = min(h.end, h.start + snippet_lines - 1)
         out += [f"{i:6d}\t{lines[i - 1][:300]}" for i in range(h.start, min(last, len(lines)) + 1)]

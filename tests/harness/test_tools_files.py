@@ -231,3 +231,11 @@ def test_glob_patterns(ws):
     r = box(ws, max_glob_results=5).call("glob", {"pattern": "*.py"})
     assert r.output.splitlines()[:5] == [f"m{i:02d}.py" for i in range(5)]
     assert "17 more matches" in r.output
+
+
+def test_line_numbers_agree_with_grep_despite_form_feeds(ws):
+    (ws / "ff.py").write_text("a = 1\x0c\nb = 2\r\nc = 3\n")
+    b = box(ws)
+    r = b.call("read_file", {"path": "ff.py"})
+    assert "(lines 1-3 of 3)" in r.output and "     3\tc = 3" in r.output
+    assert b.call("grep", {"pattern": "c = 3"}).output == "ff.py:3:c = 3"

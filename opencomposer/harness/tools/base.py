@@ -124,6 +124,15 @@ class ToolConfig:
     """Larger files are not indexed by codebase_search."""
 
 
+def split_lines(text: str) -> list[str]:
+    """Lines as editors, grep and `ast` number them: split at \\n only (not at form feeds or
+    U+2028 as `str.splitlines` does), a trailing \\r dropped, no empty line after a final \\n."""
+    lines = text.split("\n")
+    if lines[-1] == "":
+        lines.pop()
+    return [line[:-1] if line.endswith("\r") else line for line in lines]
+
+
 Handler = Callable[..., Awaitable[str]]
 
 

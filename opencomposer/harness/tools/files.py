@@ -17,7 +17,7 @@ import os
 import re
 import stat as stat_mod
 
-from opencomposer.harness.tools.base import ToolError, ToolSpec, params
+from opencomposer.harness.tools.base import ToolError, ToolSpec, params, split_lines
 from opencomposer.harness.tools.paths import display, open_dir, read_bytes, resolve, write_bytes
 
 _VCS_DIRS = {".git", ".hg", ".svn"}
@@ -54,7 +54,7 @@ def _read_text(box, path: str, *, strict: bool) -> tuple[tuple[str, ...], str, b
 def _read_file(box, args: dict) -> str:
     cfg = box.config
     parts, text, clean = _read_text(box, args["path"], strict=False)
-    lines = text.splitlines()
+    lines = split_lines(text)
     total = len(lines)
     start = args.get("start_line", 1)
     end = args.get("end_line")
@@ -103,8 +103,8 @@ def _closest_regions(text: str, old: str, k: int = 3) -> list[tuple[int, int, fl
     candidate windows come from anchors: the file lines most similar to old's first, middle
     and last non-blank lines, each giving the window it would start.
     """
-    ltoks = [_TOKEN.findall(line) for line in text.splitlines()]
-    otoks = [_TOKEN.findall(line) for line in old.splitlines()] or [[]]
+    ltoks = [_TOKEN.findall(line) for line in split_lines(text)]
+    otoks = [_TOKEN.findall(line) for line in split_lines(old)] or [[]]
     n = len(otoks)
     starts = range(max(1, len(ltoks) - n + 1))
     sm = difflib.SequenceMatcher(autojunk=False)
@@ -161,7 +161,7 @@ def _edit_file(box, args: dict) -> str:
     shown = display(parts)
     if count == 0:
         regions = _closest_regions(text, old)
-        lines = text.splitlines()
+        lines = split_lines(text)
         msg = f"old_string was not found in {shown}."
         if not regions:
             raise ToolError("no_match", msg + " No similar region either: read_file the file first.")
@@ -185,7 +185,7 @@ def _edit_file(box, args: dict) -> str:
     if len(data) > cfg.max_write_bytes:
         raise ToolError("too_large", f"the edited file would be {len(data):,} bytes, over {cfg.max_write_bytes:,}")
     write_bytes(box.root, parts, data, path=path)
-    new_lines = updated.splitlines()
+    new_lines = split_lines(updated)
     a = max(1, first - 2)
     b = min(len(new_lines), first + new.count("\n") + 2, a + 40)
     what = f"{count} replacements" if count > 1 else "1 replacement"
