@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import typer
 
+from opencomposer.engine.cli import serve
 from opencomposer.harness.cli import app as tool_app
 from opencomposer.sandbox.cli import app as sandbox_app
 from opencomposer.tasks.cli import app as tasks_app
@@ -17,6 +18,7 @@ app = typer.Typer(no_args_is_help=True, add_completion=False,
 app.add_typer(sandbox_app, name="sandbox", help="Isolated copy-on-write workspaces.")
 app.add_typer(tool_app, name="tool", help="The agent's IDE tools, one call at a time.")
 app.add_typer(tasks_app, name="tasks", help="Task suites: build, grade, validate, export.")
+app.command("serve")(serve)
 
 
 @app.command()

@@ -238,20 +238,13 @@ class UpdateWeightsBody(_Body):
 # ----------------------------------------------------------------------------- the server
 
 
-def _load_state_dict(path: str) -> dict:
-    from opencomposer.model import load_pretrained
-
-    return load_pretrained(path).state_dict()
-
-
 class Server:
     """The engine, the tokenizer, the limits and the counters behind the routes."""
 
     def __init__(self, engine: InferenceEngine, tokenizer: Tokenizer, *, max_len: int, vocab_size: int,
-                 model_name: str, load_weights: Callable[[str], dict]):
+                 model_name: str):
         self.engine, self.tok = engine, tokenizer
         self.max_len, self.vocab_size, self.model_name = max_len, vocab_size, model_name
-        self.load_weights = load_weights
         self.requests: Counter[tuple[str, int]] = Counter()
         self.prompt_tokens = self.generated_tokens = self.spec_accepted = self.spec_proposed = 0
         self.weight_updates = self.in_flight = 0
@@ -340,12 +333,20 @@ class Server:
 
 
 def create_app(engine: InferenceEngine, tokenizer: Tokenizer, *, max_len: int, vocab_size: int,
-               model_name: str = "opencomposer", load_weights: Callable[[str], dict] = _load_state_dict) -> FastAPI:
+               model_name: str = "opencomposer",
+               update_from_disk: Callable[[str, int | None], int] | None = None) -> FastAPI:
     """The FastAPI app serving `engine` (see the module docstring). `max_len` is the engine's
-    context (prompt + output tokens per request); `load_weights(path)` turns a checkpoint
-    directory into the state dict `engine.update_weights` takes."""
-    srv = Server(engine, tokenizer, max_len=max_len, vocab_size=vocab_size, model_name=model_name,
-                 load_weights=load_weights)
+    context (prompt + output tokens per request). `update_from_disk(path, version)` loads a
+    checkpoint directory into the engine and returns the new policy version (`Engine` has
+    one that also checks the config matches); by default the checkpoint's state dict goes
+    to `engine.update_weights`, which checks names and shapes."""
+    srv = Server(engine, tokenizer, max_len=max_len, vocab_size=vocab_size, model_name=model_name)
+    if update_from_disk is None:
+        def update_from_disk(path: str, version: int | None) -> int:
+            from opencomposer.model import load_pretrained
+
+            return engine.update_weights(load_pretrained(path).state_dict(), version)
+
     app = FastAPI(title="opencomposer inference server", docs_url=None, redoc_url=None)
     app.state.server = srv
 
@@ -517,10 +518,8 @@ def create_app(engine: InferenceEngine, tokenizer: Tokenizer, *, max_len: int, v
     async def update_weights(request: Request):
         body: UpdateWeightsBody = await _parse(request, UpdateWeightsBody)
         version = int(body.weight_version) if body.weight_version and body.weight_version.isdigit() else None
-        try:
-            state = await asyncio.to_thread(srv.load_weights, body.model_path)
-            # On the event loop: the engine swaps weights between its decode steps.
-            new_version = engine.update_weights(state, version)
+        try:  # loading takes a while and the engine applies it between decode steps: off the loop
+            new_version = await asyncio.to_thread(update_from_disk, body.model_path, version)
         except (CheckpointError, ConfigError, OSError, ValueError, KeyError, RuntimeError) as exc:
             return JSONResponse({"success": False, "version": engine.policy_version,
                                  "message": f"weights not updated from {body.model_path}: {exc}",

@@ -1,0 +1,72 @@
+"""`opencomposer serve`: the inference server (server.py) on a checkpoint directory.
+
+    opencomposer serve --model DIR [--port 30000] [--host 127.0.0.1] [--max-slots 32]
+                       [--max-len 4096] [--speculative-depth 0] [--dtype float32] [--threads N]
+
+DIR is an HF-format checkpoint (config.json + safetensors, `opencomposer.model.save_pretrained`
+or transformers'); its tokenizer.json is used when present, else the bundled tokenizer. The
+port defaults to SGLang's (30000), so SGLang clients work unchanged; the host to 127.0.0.1
+(no authentication: expose it only behind something that adds it). Ctrl-C stops it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+app = typer.Typer(no_args_is_help=True, add_completion=False)
+
+_DTYPES = ("float32", "bfloat16", "float16")
+
+
+@app.command("serve")
+def serve(
+    model: Path = typer.Option(..., "--model", exists=True, file_okay=False, resolve_path=True,
+                               help="HF-format checkpoint directory (config.json + safetensors)."),
+    port: int = typer.Option(30000, "--port", help="TCP port."),
+    host: str = typer.Option("127.0.0.1", "--host", help="Address to bind; 127.0.0.1 keeps it local."),
+    max_slots: int = typer.Option(32, "--max-slots", help="Sequences decoded together (KV cache slots)."),
+    max_len: int = typer.Option(None, "--max-len",
+                                help="Context per sequence, prompt + output (default: the smaller of 4096 and max_position_embeddings)."),
+    speculative_depth: int = typer.Option(0, "--speculative-depth",
+                                          help="MTP draft tokens per step (0: plain decoding)."),
+    dtype: str = typer.Option(None, "--dtype", help=f"One of {', '.join(_DTYPES)} (default: the checkpoint's)."),
+    threads: int = typer.Option(None, "--threads", help="torch intra-op threads (default: torch's)."),
+    name: str = typer.Option(None, "--name", help="Model name in /v1/models (default: the directory name)."),
+) -> None:
+    """Serve a checkpoint: SGLang's /generate, OpenAI's /v1/chat/completions and /v1/completions."""
+    import torch
+    import uvicorn
+
+    from opencomposer.engine.engine import Engine
+    from opencomposer.engine.server import create_app
+    from opencomposer.errors import OpenComposerError
+    from opencomposer.model import load_pretrained
+    from opencomposer.model.tokenizer import TOKENIZER_FILE, Tokenizer, bundled_tokenizer
+
+    if dtype is not None and dtype not in _DTYPES:
+        raise typer.BadParameter(f"{dtype!r} is not one of {', '.join(_DTYPES)}", param_hint="--dtype")
+    try:
+        net = load_pretrained(model, dtype=getattr(torch, dtype) if dtype else None)
+        tok = Tokenizer.load(model) if (model / TOKENIZER_FILE).is_file() else bundled_tokenizer()
+        if tok.vocab_size > net.config.vocab_size:
+            raise OpenComposerError(f"the tokenizer has {tok.vocab_size} tokens but the model's vocab_size is "
+                                    f"{net.config.vocab_size}: put the model's own tokenizer.json in {model}")
+        context = max_len or min(4096, net.config.max_position_embeddings)
+        engine = Engine(net, max_slots=max_slots, max_len=context, speculative_depth=speculative_depth,
+                        num_threads=threads)
+    except (OpenComposerError, ValueError) as exc:
+        typer.echo(f"serve: {exc}", err=True)
+        raise typer.Exit(1)
+    api = create_app(engine, tok, max_len=engine.max_len, vocab_size=engine.vocab_size,
+                     model_name=name or model.name, update_from_disk=engine.update_weights_from_disk)
+    engine.start()
+    try:
+        uvicorn.run(api, host=host, port=port, log_level="info")
+    finally:
+        engine.stop()
+
+
+if __name__ == "__main__":
+    app()
