@@ -37,14 +37,16 @@ What is covered (each has an adversarial test in tests/sandbox/test_isolation.py
   output size (floods are truncated, never hang the caller).
 - devices: a minimal /dev (null, zero, full, random, urandom, tty, pts, shm); no disks,
   no /dev/kvm, no host ttys.
-- privilege: all capabilities dropped, no nested user namespaces, new session (no TIOCSTI),
+- privilege: all capabilities dropped, no nested user namespaces, a seccomp filter that
+  denies eBPF, io_uring, perf, keyrings, module loading and mount/namespace syscalls
+  (bwrap.BLOCKED_SYSCALLS_X86_64), new session (no TIOCSTI),
   own uts and ipc namespaces (hostname, SysV IPC, POSIX message queues); abstract unix
   sockets are private with the network namespace.
 
 What is NOT covered:
-- kernel exploits: bwrap shares the host kernel (gVisor narrows this: its Sentry
-  implements Linux in user space, and only a small syscall set reaches the host kernel);
-  there is no seccomp filter in the bwrap backend beyond bwrap's own defaults.
+- kernel exploits: bwrap shares the host kernel; the seccomp deny-list only removes the
+  riskiest interfaces (gVisor narrows this much further: its Sentry implements Linux in
+  user space, and only a small syscall set reaches the host kernel).
 - side channels (cache timing, Spectre-class), /proc/cpuinfo and /proc/meminfo-level
   host information, and CPU time fairness: there is no CPU quota; one sandbox can use
   every core until its wall-clock limit.

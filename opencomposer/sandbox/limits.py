@@ -251,6 +251,8 @@ class LaunchSpec:
     """Use RLIMIT_AS as the memory fallback (not for gVisor: its Go runtime reserves huge VM)."""
     rlimit_fsize: bool = True
     """Set RLIMIT_FSIZE on the launcher (gVisor sets it in the OCI spec instead)."""
+    open_fds: dict[int, Path] = field(default_factory=dict)
+    """Files the launcher opens read-only at these fd numbers before exec (bwrap's --seccomp)."""
     cleanup: Callable[[], None] | None = None
     """Called after the exec ends, whatever happened (e.g. runsc state removal)."""
     extra_kill: Callable[[], None] | None = None
@@ -283,6 +285,7 @@ def _prepare(spec: LaunchSpec, limits: Limits) -> _Prepared:
         lines.append(f"ulimit -v {limits.memory_mb * 1024}")
     if (cg is None or not cg.has_pids) and spec.cgroup_pids:
         lines.append(f"ulimit {_nproc_flag()} {limits.pids} 2>/dev/null")
+    lines += [f"exec {fd}< {shlex.quote(str(path))}" for fd, path in spec.open_fds.items()]
     script = "; ".join(lines + ['exec "$@"'])
     return _Prepared(["/bin/sh", "-c", script, "oc-limits", *spec.argv], cg, spec)
 
