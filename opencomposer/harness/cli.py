@@ -23,10 +23,10 @@ app = typer.Typer(no_args_is_help=True, add_completion=False)
 
 @app.command("call")
 def call(
-    name: str = typer.Argument(..., help="Tool name (see `opencomposer tool list`)."),
+    name: str = typer.Argument(..., metavar="NAME", help="Tool name (see `opencomposer tool list`)."),
     json_args: str = typer.Argument("{}", metavar="JSON_ARGS", help="The tool's arguments as a JSON object."),
     workspace: Path = typer.Option(..., "--workspace", exists=True, file_okay=False, resolve_path=True,
-                                   help="Directory the tool works on, in place."),
+                                   metavar="DIR", help="Directory the tool works on, in place."),
     as_json: bool = typer.Option(False, "--json", help="Print {ok, output, error} as one JSON object."),
     backend: str = typer.Option("bwrap", "--backend", help="Sandbox backend for run_terminal_cmd."),
 ) -> None:

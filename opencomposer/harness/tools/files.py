@@ -263,7 +263,7 @@ def _list_dir(box, args: dict) -> str:
     rows.sort()
     cap = box.config.max_list_entries
     where = display(parts)
-    out = [f"{where}/ ({len(rows)} entries)" if rows else f"{where}/ is empty"]
+    out = [f"{where}/ ({len(rows)} {'entry' if len(rows) == 1 else 'entries'})" if rows else f"{where}/ is empty"]
     out += [r[2] for r in rows[:cap]]
     if len(rows) > cap:
         out.append(f"[{len(rows) - cap} more entries not shown; use glob to narrow down]")
