@@ -110,3 +110,26 @@ def test_sdist_checksum_mismatch(tmp_path):
     make_sdist(tmp_path / "mini-0.1.tar.gz")
     with pytest.raises(TaskError, match="does not match"):
         source_layer("mini", "0.1", "0" * 64, sdist=tmp_path / "mini-0.1.tar.gz")
+
+
+def test_sdist_task_exports_its_break_patch(mini_task, backend):
+    from opencomposer.tasks.export import swebench_record
+
+    rec = swebench_record(mini_task, backend)
+    assert rec["repo"] == "pypi/mini" and rec["base_commit"] == "mini==0.1"
+    assert rec["base_patch"] == mini_task.break_patch and rec["sdist_sha256"] == mini_task.spec.source.sha256
+    assert "+def test_add():" in rec["test_patch"] and "test_sub" not in rec["test_patch"].split("@@")[0]
+
+
+def test_cli_build_prints_each_tasks_layers():
+    from tasks_util import SMOKE
+    from typer.testing import CliRunner
+
+    from opencomposer.cli import app
+    from opencomposer.tasks.task import Suite
+
+    res = CliRunner().invoke(app, ["tasks", "build", str(SMOKE)])
+    assert res.exit_code == 0, res.output
+    lines = res.stdout.splitlines()
+    assert [line.split()[0] for line in lines] == [t.id for t in Suite.load(SMOKE).tasks]
+    assert all(line.split()[-1].endswith("/workspace") for line in lines)
