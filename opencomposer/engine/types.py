@@ -49,10 +49,15 @@ class GenerationRequest:
     sampling: SamplingParams = field(default_factory=SamplingParams)
     return_logprob: bool = True
     return_routed_experts: bool = False
-    """Routed experts of every generated token: int32 [T_out, L_moe, K]."""
+    """Routed experts of every generated token: int32 [T_out, L_moe, K]; row j is the forward
+    that produced output token j (input position T_in - 1 + j)."""
     return_prompt_routed_experts: bool = False
-    """Also those of the prompt tokens: int32 [T_in, L_moe, K]."""
+    """Also those of the prompt tokens: int32 [T_in, L_moe, K] (row i: input position i)."""
     request_id: str | None = None
+    logprobs_mode: str = "raw"
+    """"raw": log softmax of the model's logits at temperature 1 (what a trainer recomputes);
+    "processed": log-probability under the distribution actually sampled from (temperature,
+    top-k, top-p applied; 0.0 for greedy), as vLLM's `logprobs_mode="processed_logprobs"`."""
 
 
 @dataclass
@@ -68,9 +73,10 @@ class GenerationResult:
     """log p(token) of every output token under the *sampling* distribution's source model, at
     temperature 1 before top-p/top-k (the behaviour logprob the trainer's ratio uses)."""
     routed_experts: np.ndarray | None = None
-    """int32 [len(output_ids), L_moe, K]."""
+    """int32 [len(output_ids), L_moe, K]; row j: input position len(prompt_ids) - 1 + j, the
+    forward whose logits produced output token j (so row 0 repeats the prompt's last row)."""
     prompt_routed_experts: np.ndarray | None = None
-    """int32 [len(prompt_ids), L_moe, K]."""
+    """int32 [len(prompt_ids), L_moe, K]; row i: input position i."""
     policy_versions: list[int] | None = None
     """The engine's policy version when each output token was generated (weights may change mid-request)."""
     spec_accepted: int = 0

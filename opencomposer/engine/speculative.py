@@ -1,0 +1,127 @@
+"""MTP self-speculative decoding: draft with the model's own MTP modules, verify in one forward.
+
+One step for a batch of sequences (gpt-fast's `speculative_decode`, with the draft model
+replaced by DeepSeek-V3's MTP modules, 2412.19437 §2.2 and §5.4.3):
+
+  1. Draft (`draft`). The main cache holds positions 0..L-1 of a slot and the last sampled token
+     t_L is pending. MTP depth d (module d) at position i reads h^{d-1}_i and token t_{i+d} and
+     predicts t_{i+d+1}; chaining depths 1..k at the newest position drafts x_1..x_k, each drawn
+     from its sampling distribution q_d (the request's temperature/top-k/top-p applied to the MTP
+     logits; greedy: the argmax).
+  2. Verify: one main-model forward of the k+1 tokens [t_L, x_1, .., x_k] per row (T = k+1)
+     gives the target distributions p_0..p_k (same transform), its logprobs and routed experts.
+  3. Accept (`accept`). Leviathan et al. 2211.17192 / Chen et al. 2302.01318: accept x_j with
+     probability min(1, p_{j-1}(x_j) / q_j(x_j)); at the first rejection draw the token from
+     norm(max(0, p_{j-1} - q_j)); if all k are accepted draw a bonus token from p_k. Each of
+     the n+1 emitted tokens is then distributed exactly as plain sampling from p. Greedy rows
+     have one-hot p and q, and the rule reduces to "accept while x_j == argmax p_{j-1}", so the
+     output equals plain greedy decoding.
+  4. Roll back: the caller advances the main cache by n+1 (positions L..L+n hold accepted
+     tokens); the verify forward's keys of rejected positions lie past the length and are
+     overwritten later.
+
+The MTP caches. Module d's cache entry i holds position i's (h^{d-1}_i, t_{i+d}); an entry is
+final only once t_{i+d} is a real token, and drafting writes entries whose token is a draft
+(for d >= 2, the d-1 newest positions). So every draft call recomputes a window of the W = 2k
+newest positions (W >= (n+1) + (k-1) for any n <= k accepted), rewriting every entry that held
+a draft with real tokens, from the last W main hiddens (kept by the caller per slot). A fixed
+W keeps one T for the whole batch; only a sequence shorter than W gets its own, shorter window.
+
+Left out: drafting deeper than the number of MTP modules (chaining the last module EAGLE-style),
+and tree drafts (several candidates per depth).
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+from opencomposer.engine.sampling import sample
+from opencomposer.model.model import KVCache, Transformer
+
+# (logits [B, V] of one depth) -> (draft tokens int64 [B], their distribution q [B, V] or None
+# when every row is greedy)
+DraftSampler = Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor | None]]
+
+
+def window(k: int) -> int:
+    """Positions each draft call recomputes in the MTP caches (see the module docstring)."""
+    return 2 * k
+
+
+def draft(model: Transformer, cache: KVCache, slots_B: torch.Tensor, hidden_BTD: torch.Tensor,
+          next_BT: torch.Tensor, k: int, sampler: DraftSampler) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Draft k tokens per row. The window is the last T positions i = L-T..L-1 of each slot
+    (L = cache.lengths[slot]); hidden_BTD holds their main hiddens h_i and next_BT the tokens
+    t_{i+1} (so next_BT[:, -1] is the pending token t_L). Returns drafts int64 [B, k] and the
+    stacked q [B, k, V] (None when the sampler returns None)."""
+    T = next_BT.shape[1]
+    ext_BX = next_BT  # t_{L-T+1} .., then the drafts as they come
+    h_BTD, qs = hidden_BTD, []
+    for d in range(1, k + 1):
+        logits_BTV, h_BTD = model.mtp_step(d, h_BTD, ext_BX[:, d - 1:d - 1 + T], cache, slots_B)
+        tok_B, q_BV = sampler(logits_BTV[:, -1])
+        ext_BX = torch.cat([ext_BX, tok_B[:, None]], dim=1)
+        qs.append(q_BV)
+    return ext_BX[:, T:], (None if qs[0] is None else torch.stack(qs, dim=1))
+
+
+def prefill_mtp(model: Transformer, cache: KVCache, slots_B: torch.Tensor, hidden_BPD: torch.Tensor,
+                prompt_BP: torch.Tensor, k: int, upto: int) -> None:
+    """Write the MTP caches of prompt positions 0..upto-1, all of whose depth-d tokens t_{i+d}
+    (d <= k) are prompt tokens (needs upto + k <= P). The newest positions are left to `draft`.
+    The main cache must hold the prompt; its lengths are moved to `upto` and restored, since
+    mtp_step works on the last T positions."""
+    if upto <= 0:
+        return
+    lengths_B = cache.lengths[slots_B].clone()
+    cache.lengths[slots_B] = upto
+    try:
+        h_BTD = hidden_BPD[:, :upto]
+        for d in range(1, k + 1):
+            _, h_BTD = model.mtp_step(d, h_BTD, prompt_BP[:, d:d + upto], cache, slots_B)
+    finally:
+        cache.lengths[slots_B] = lengths_B
+
+
+def accept(p_BJV: torch.Tensor, q_BkV: torch.Tensor, drafts_Bk: torch.Tensor, u_Bk: torch.Tensor,
+           u_B: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The speculative sampling rule (module docstring, step 3) for a batch.
+
+    p_BJV: target sampling distributions at the J = k+1 verified positions; q_BkV: the draft
+    distributions; drafts_Bk: the drafted tokens; u_Bk, u_B: uniforms in [0, 1) for the k
+    acceptance tests and the final draw. Returns (n accepted int64 [B], final token int64 [B]).
+    """
+    B, k = drafts_Bk.shape
+    p_draft_Bk = p_BJV[:, :k].gather(-1, drafts_Bk[..., None]).squeeze(-1)
+    q_draft_Bk = q_BkV.gather(-1, drafts_Bk[..., None]).squeeze(-1)
+    # u < p/q accepts with probability min(1, p/q); q(x) > 0 for a token drawn from q.
+    ok_Bk = u_Bk * q_draft_Bk < p_draft_Bk
+    n_B = ok_Bk.to(torch.int64).cumprod(dim=1).sum(dim=1)
+    rows = torch.arange(B, device=p_BJV.device)
+    p_BV = p_BJV[rows, n_B]
+    q_pad_BJV = torch.cat([q_BkV, torch.zeros_like(q_BkV[:, :1])], dim=1)  # bonus: p - 0 = p
+    resid_BV = (p_BV - q_pad_BJV[rows, n_B]).clamp_(min=0)
+    # An all-zero residual needs p <= q everywhere, i.e. p == q: then rejection had probability 0
+    # and only rounding got here; p is the right distribution.
+    empty_B1 = resid_BV.sum(-1, keepdim=True) <= 0
+    final_B = sample(torch.where(empty_B1, p_BV, resid_BV), u_B)
+    return n_B, final_B
+
+
+def accept_greedy(logits_BJV: torch.Tensor, drafts_Bk: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """`accept` for all-greedy batches without building one-hot distributions: accept while the
+    draft equals the target argmax; the final token is the argmax after the last accepted one."""
+    target_BJ = logits_BJV.argmax(-1)
+    k = drafts_Bk.shape[1]
+    n_B = (drafts_Bk == target_BJ[:, :k]).to(torch.int64).cumprod(dim=1).sum(dim=1)
+    return n_B, target_BJ.gather(1, n_B[:, None]).squeeze(1)
+
+
+def shift_hidden(hist_BWD: torch.Tensor, new_BJD: torch.Tensor, n_B: torch.Tensor) -> torch.Tensor:
+    """The last W main hiddens after appending the first n+1 rows of new_BJD to each row."""
+    W = hist_BWD.shape[1]
+    all_BXD = torch.cat([hist_BWD, new_BJD], dim=1)
+    idx_BW = (n_B[:, None] + 1) + torch.arange(W, device=n_B.device)
+    return all_BXD.gather(1, idx_BW[..., None].expand(-1, -1, all_BXD.shape[-1]))
