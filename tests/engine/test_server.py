@@ -354,3 +354,118 @@ async def test_engine_failure_is_a_500_and_the_server_keeps_serving(tok):
     assert ok.status_code == 200 and ok.json()["output_ids"] == [20, 21]
     assert failed.status_code == 500 and "script exhausted" in failed.json()["error"]["message"]
     assert health.status_code == 200
+
+
+# ----------------------------------------------------------------------------- the real engine
+
+
+@pytest.fixture
+def real_engine(tmp_path):
+    from opencomposer.engine.engine import Engine
+    from opencomposer.model import load_pretrained
+
+    engine = Engine(load_pretrained(tiny_checkpoint(tmp_path / "step0", seed=0)), max_slots=4, max_len=MAX_LEN)
+    yield engine
+    engine.stop()
+
+
+def serve_engine(engine, tok):
+    app = create_app(engine, tok, max_len=engine.max_len, vocab_size=engine.vocab_size, model_name="tiny",
+                     update_from_disk=engine.update_weights_from_disk)
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test")
+
+
+async def test_real_engine_generate_routed_experts_and_logprobs(real_engine, tok):
+    from opencomposer.engine.types import GenerationRequest, SamplingParams
+
+    prompt, T = [1, 100, 200, 300, 400], 6
+    cfg = real_engine.model.config
+    L, K = len(cfg.moe_layers), cfg.num_experts_per_tok
+    direct = await real_engine.generate(GenerationRequest(
+        prompt, SamplingParams(temperature=0, max_new_tokens=T), return_routed_experts=True,
+        return_prompt_routed_experts=True))
+    async with serve_engine(real_engine, tok) as c:
+        body = (await c.post("/generate", json={
+            "input_ids": prompt, "return_logprob": True, "return_routed_experts": True,
+            "sampling_params": {"temperature": 0, "max_new_tokens": T}})).json()
+    meta = body["meta_info"]
+    assert body["output_ids"] == direct.output_ids and meta["finish_reason"]["type"] == "length"
+    np.testing.assert_allclose([e[0] for e in meta["output_token_logprobs"]], direct.logprobs, atol=1e-6)
+    assert meta["routed_experts_shape"] == [len(prompt) + T - 1, L, K]
+    rows = decode_int32(meta["routed_experts"], L, K)
+    np.testing.assert_array_equal(rows[: len(prompt)], direct.prompt_routed_experts)
+    np.testing.assert_array_equal(rows[len(prompt) - 1:], direct.routed_experts)
+
+
+async def test_real_engine_weight_update_changes_outputs_and_rejects_other_architectures(real_engine, tok, tmp_path):
+    request = {"input_ids": [1, 100, 200], "return_logprob": True,
+               "sampling_params": {"temperature": 0, "max_new_tokens": 4}}
+    async with serve_engine(real_engine, tok) as c:
+        before = (await c.post("/generate", json=request)).json()["meta_info"]
+        r = await c.post("/update_weights_from_disk", json={"model_path": str(tiny_checkpoint(tmp_path / "s1", seed=1))})
+        assert r.status_code == 200 and r.json() == {**r.json(), "success": True, "version": 1}
+        after = (await c.post("/generate", json=request)).json()["meta_info"]
+        torch.manual_seed(0)
+        other = tmp_path / "other"
+        save_pretrained(Transformer(ModelConfig(vocab_size=4096, hidden_size=16, intermediate_size=24,
+                                                moe_intermediate_size=8, num_hidden_layers=1, num_attention_heads=2,
+                                                num_key_value_heads=1, head_dim=8, num_experts=4,
+                                                num_experts_per_tok=2)), other)
+        refused = await c.post("/update_weights_from_disk", json={"model_path": str(other)})
+        health = (await c.get("/health")).json()
+    assert (before["weight_version"], after["weight_version"]) == ("0", "1")
+    assert [e[0] for e in before["output_token_logprobs"]] != [e[0] for e in after["output_token_logprobs"]]
+    assert refused.status_code == 400 and refused.json()["success"] is False
+    assert "config" in refused.json()["message"] and health["policy_version"] == 1
+
+
+# ----------------------------------------------------------------------------- the CLI
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_serve_cli_answers_health_and_generate(tmp_path):
+    import subprocess
+    import sys
+    import time
+
+    ckpt, port = tiny_checkpoint(tmp_path / "ckpt"), free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "opencomposer.cli", "serve", "--model", str(ckpt), "--port",
+                             str(port), "--max-slots", "2", "--max-len", "64"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            assert proc.poll() is None, proc.stdout.read()
+            try:
+                health = httpx.get(f"{url}/health", timeout=2)
+                break
+            except httpx.TransportError:
+                assert time.monotonic() < deadline, "server did not come up"
+                time.sleep(0.2)
+        assert health.json() == {"status": "ok", "policy_version": 0}
+        gen = httpx.post(f"{url}/generate", json={"input_ids": [1, 2, 3], "sampling_params": {"max_new_tokens": 3}},
+                         timeout=30)
+        assert gen.status_code == 200 and len(gen.json()["output_ids"]) == 3
+        assert httpx.get(f"{url}/v1/models", timeout=5).json()["data"][0]["id"] == "ckpt"
+    finally:
+        proc.terminate()
+        log = proc.communicate(timeout=30)[0]
+    # uvicorn shuts down cleanly, then re-raises SIGTERM so the exit status tells how it ended
+    assert proc.returncode in (0, -15) and "Application shutdown complete" in log, log
+
+
+def test_serve_cli_refuses_a_directory_that_is_not_a_checkpoint(tmp_path):
+    from typer.testing import CliRunner
+
+    from opencomposer.cli import app
+
+    result = CliRunner().invoke(app, ["serve", "--model", str(tmp_path)])
+    assert result.exit_code == 1 and "no config.json" in result.output
