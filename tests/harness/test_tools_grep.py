@@ -79,3 +79,11 @@ def test_timeout_kills_ripgrep(root, monkeypatch):
     monkeypatch.setattr(grep_mod, "_rg_args", lambda args, target: ["sleep", "30"])
     r = grep(root, ToolConfig(grep_timeout_s=0.3), pattern="x")
     assert not r.ok and r.stats.error_kind == "timeout"
+
+
+def test_ripgrep_exit_code_is_never_lost(root):
+    # Regression: killing an rg that had already exited reaped it early, and asyncio then
+    # reported exit code 255, so a bad regex sometimes came back as "No matches".
+    box = ToolBox(HostDir(root))
+    kinds = {box.call("grep", {"pattern": "(unclosed"}).stats.error_kind for _ in range(50)}
+    assert kinds == {"invalid_arguments"}

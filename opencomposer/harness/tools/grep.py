@@ -62,12 +62,15 @@ async def _run_rg(cmd: list[str], cwd: str, on_line, timeout_s: float) -> tuple[
                 return False
         return True
 
+    finished = False
     try:
         finished = await asyncio.wait_for(consume(), timeout_s)
     except asyncio.TimeoutError:
         raise ToolError("timeout", f"grep took longer than {timeout_s:.0f} s; narrow it with path or glob") from None
     finally:
-        if proc.returncode is None:
+        # Kill only when stopping early: Popen.send_signal polls first, and a poll that reaps an
+        # already finished rg makes asyncio's child watcher report exit code 255 instead of rg's.
+        if not finished:
             with contextlib.suppress(ProcessLookupError):
                 proc.kill()
         stderr = (await proc.stderr.read()).decode("utf-8", errors="replace")
