@@ -33,8 +33,10 @@ than fit one mount option string (~80 with the default store path).
 from __future__ import annotations
 
 import ctypes
+import errno
 import itertools
 import os
+import re
 import shutil
 import subprocess
 import threading
@@ -79,8 +81,9 @@ def mount_overlay(target: Path, lower_top_first: Sequence[Path], upper: Path | N
     flags = _MS_NOSUID | _MS_NODEV | (_MS_RDONLY if upper is None else 0)
     if _libc.mount(b"overlay", str(target).encode(), b"overlay", flags, opts.encode()) != 0:
         err = ctypes.get_errno()
-        raise SandboxError(f"overlay mount on {target} failed: {os.strerror(err)} (needs root and "
-                           f"overlayfs; options: {opts})")
+        hint = ("layers overlap: a layer contains the store or another layer"
+                if err == errno.ELOOP else "needs root and overlayfs")
+        raise SandboxError(f"overlay mount on {target} failed: {os.strerror(err)} ({hint}; options: {opts})")
 
 
 def umount(target: Path, lazy: bool = False) -> bool:
@@ -99,11 +102,12 @@ class LayerStore:
     """Directories of layers and workspaces, with reference counts for the layers it made."""
 
     def __init__(self, root: Path | str | None = None):
-        self.root = Path(root) if root is not None else default_store_dir()
+        root = Path(root) if root is not None else default_store_dir()
+        for sub in ("l", "ws"):
+            (root / sub).mkdir(parents=True, exist_ok=True)
+        self.root = root.resolve()  # layer paths are compared, so no symlinks in them
         self.layers_dir = self.root / "l"
         self.ws_dir = self.root / "ws"
-        for d in (self.layers_dir, self.ws_dir):
-            d.mkdir(parents=True, exist_ok=True)
         self._refs: dict[Path, int] = {}
         self._lock = threading.Lock()
 
@@ -143,7 +147,7 @@ def mounts_under(prefix: Path) -> list[Path]:
     found = []
     with open("/proc/self/mountinfo") as f:
         for line in f:
-            point = line.split()[4].encode().decode("unicode_escape")
+            point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), line.split()[4])
             if point == str(prefix) or point.startswith(str(prefix) + "/"):
                 found.append(Path(point))
     return sorted(found, key=lambda p: len(p.parts), reverse=True)
@@ -378,6 +382,9 @@ class OverlayBackend:
         src = Path(path).resolve()
         if not src.is_dir():
             raise SandboxError(f"image source {src} is not a directory")
+        if self.store.root == src or src in self.store.root.parents:
+            raise SandboxError(f"image source {src} contains the layer store {self.store.root}; "
+                               "set OPENCOMPOSER_SANDBOX_DIR to a directory outside it")
         if not copy:
             return OverlayImage(self, (src,))
         layer = self.store.new_dir(self.store.layers_dir)

@@ -50,6 +50,7 @@ from opencomposer.sandbox.base import ExecResult, Limits
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 CGROUP_PARENT = "opencomposer"
 _READ_CHUNK = 1 << 16
+_SETUP_FAILED = "opencomposer-sandbox setup failed:"
 _counter = itertools.count()
 
 
@@ -119,7 +120,7 @@ class Cgroup:
                 _try_write(d / "memory.swap.max", "0")
             if pids is not None:
                 (d / "pids.max").write_text(str(pids))
-            self.has_memory, self.has_pids = True, True
+            self.has_memory, self.has_pids = memory_bytes is not None, pids is not None
             return
         self.has_memory = layout.memory is not None and memory_bytes is not None
         self.has_pids = layout.pids is not None and pids is not None
@@ -278,7 +279,8 @@ def _prepare(spec: LaunchSpec, limits: Limits) -> _Prepared:
     cg = None
     if layout is not None:
         cg = Cgroup(layout, limits.memory_mb << 20, limits.pids if spec.cgroup_pids else None)
-    lines = [f"echo $$ > {shlex.quote(str(f))} || exit 125" for f in (cg.procs_files if cg else [])]
+    lines = [f"{{ echo $$ > {shlex.quote(str(f))}; }} 2>/dev/null || "
+             f"{{ echo '{_SETUP_FAILED} cannot join {f}' >&2; exit 125; }}" for f in (cg.procs_files if cg else [])]
     if spec.rlimit_fsize:
         lines.append(f"ulimit -f {limits.file_size_mb * 2048}")  # POSIX sh counts 512-byte blocks
     if (cg is None or not cg.has_memory) and spec.rlimit_as:
@@ -320,8 +322,8 @@ def _finish(prep: _Prepared, returncode: int | None, out: bytes, err: bytes, tim
         code = None
     elif code is not None and code < 0:
         code = 128 - code  # killed by a signal: report it the way a shell does
-    if code == 125 and prep.cgroup is not None and not out and b"oc-limits" in err:
-        raise SandboxError(f"could not join cgroup: {err.decode(errors='replace')}")
+    if code == 125 and err.startswith(_SETUP_FAILED.encode()):
+        raise SandboxError(err.decode(errors="replace").strip())
     return ExecResult(
         exit_code=code,
         stdout=out.decode(errors="replace"),
