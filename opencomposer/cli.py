@@ -9,6 +9,7 @@ from __future__ import annotations
 import typer
 
 from opencomposer.engine.cli import serve
+from opencomposer.eval.cli import eval_command, report_command
 from opencomposer.harness.cli import app as tool_app
 from opencomposer.sandbox.cli import app as sandbox_app
 from opencomposer.tasks.cli import app as tasks_app
@@ -18,6 +19,8 @@ app = typer.Typer(no_args_is_help=True, add_completion=False,
 app.add_typer(sandbox_app, name="sandbox", help="Isolated copy-on-write workspaces.")
 app.add_typer(tool_app, name="tool", help="The agent's IDE tools, one call at a time.")
 app.add_typer(tasks_app, name="tasks", help="Task suites: build, grade, validate, export.")
+app.command("eval")(eval_command)
+app.command("report")(report_command)
 app.command("serve")(serve)
 
 

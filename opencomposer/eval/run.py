@@ -1,0 +1,340 @@
+"""Evaluation: run one policy on a suite, N passes per task, and grade every episode.
+
+For each task x pass: a fresh workspace of the task's image (tasks/build.py), one episode of
+the agent loop (harness/agent.py) under the task timeout, the workspace's diff as the
+patch (the venv and caches left out), and the grader's verdict on it (tasks/grade.py:
+fresh fork, hidden tests). Episodes run `concurrency` at a time.
+
+Policy specs (`parse_policy`):
+
+    oracle                  replays each task's gold patch (must score 100%)
+    oracle:tests            the same, then runs the visible tests once
+    noop                    answers at once without tools (must score 0%)
+    openai:MODEL@BASE_URL   an OpenAI-compatible chat endpoint (hosted APIs: prices via
+                            EvalOptions / --input-price --output-price, key from $OPENAI_API_KEY)
+    sglang:BASE_URL         token level over SGLang's /generate (opencomposer's server, SGLang),
+                            encoding with --tokenizer (default: the bundled one)
+    vllm:MODEL@BASE_URL     token level over vLLM's /v1/completions
+    engine:CKPT_DIR         the embedded engine, in process
+
+Output directory:
+
+    run.json                what ran: suite, policy, passes, options, agent config (written first)
+    results.jsonl           one row per finished task x pass, appended as each one ends
+    trajectories.jsonl      one trajectory per finished task x pass (with patch, grade, reward)
+    partial/<id>.json       running episodes, saved after every step (removed when done)
+    results.json            run.json's fields + every row + the summary (report.summarize)
+
+Resumable: rerunning with the same --out skips every task x pass whose row says "done";
+episodes that ended in an error (an endpoint down, a task image that failed to build) are
+run again. A different suite or policy in an existing --out is refused.
+
+Left out: sharding a suite across machines (run disjoint --tasks globs into separate dirs),
+retries within a run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fnmatch
+import importlib.util
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from opencomposer.errors import ConfigError
+from opencomposer.harness.agent import Agent, AgentConfig, ChatClientPolicy, TokenClientPolicy
+from opencomposer.harness.trajectory import Prices, Trajectory, write_jsonl
+from opencomposer.tasks.task import VENV_DIR, Suite, Task
+
+RESULTS, TRAJECTORIES, RUN, SUMMARY, PARTIAL = "results.jsonl", "trajectories.jsonl", "run.json", "results.json", "partial"
+
+
+class EvalOptions(BaseModel):
+    """Everything one evaluation run is made of (saved as run.json)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    suite: str
+    """Suite directory."""
+    policy: str
+    """Policy spec (module docstring)."""
+    label: str = ""
+    """Name of the run in reports (default: the policy spec)."""
+    passes: int = Field(1, ge=1)
+    """Episodes per task (pass@k needs k <= passes)."""
+    concurrency: int = Field(1, ge=1)
+    """Episodes run at once."""
+    task_timeout_s: float = Field(1800.0, gt=0)
+    """Wall-clock limit of one episode (the agent's max_wall_s); the patch so far is still graded."""
+    tasks: list[str] = ["*"]
+    """Globs of task ids to run."""
+    input_price_per_m: float = Field(0.0, ge=0)
+    """USD per million input tokens (chat endpoints), for cost."""
+    output_price_per_m: float = Field(0.0, ge=0)
+    """USD per million output tokens."""
+    api_key_env: str | None = "OPENAI_API_KEY"
+    """Environment variable holding the API key of openai: endpoints (None: no key)."""
+    tokenizer: str | None = None
+    """Tokenizer directory for token-level specs (default: the bundled tokenizer)."""
+    agent: AgentConfig = AgentConfig()
+    """The agent loop's limits; max_wall_s is replaced by task_timeout_s."""
+
+
+@dataclass
+class Row:
+    """One graded episode (one line of results.jsonl)."""
+
+    task_id: str
+    pass_index: int
+    trajectory_id: str
+    status: str
+    """"done", or "error" (not graded: rerun the evaluation to retry it)."""
+    resolved: bool = False
+    reward: float = 0.0
+    f2p_passed: int = 0
+    f2p_total: int = 0
+    p2p_passed: int = 0
+    p2p_total: int = 0
+    grade_reason: str | None = None
+    stop_reason: str | None = None
+    error: str | None = None
+    turns: int = 0
+    tool_calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost_usd: float = 0.0
+    agent_s: float = 0.0
+    grade_s: float = 0.0
+    patch_lines: int = 0
+    extra: dict = field(default_factory=dict)
+
+
+# ----------------------------------------------------------------------------- policies
+
+PolicyFactory = Callable[[Task], object]
+"""Makes the policy for one task (shared clients are created once, outside)."""
+
+
+def parse_policy(spec: str, options: EvalOptions) -> PolicyFactory:
+    """A policy spec -> a factory of policies; ConfigError on a bad spec."""
+    kind, _, rest = spec.partition(":")
+    prices = Prices(options.input_price_per_m, options.output_price_per_m)
+    if kind == "oracle" and rest in ("", "tests"):
+        from opencomposer.tasks.policies import OraclePolicy
+
+        return lambda task: OraclePolicy(task, run_tests=rest == "tests")
+    if kind == "noop" and not rest:
+        from opencomposer.tasks.policies import NoOpPolicy
+
+        policy = NoOpPolicy()
+        return lambda task: policy
+    if kind == "openai" and "@" in rest:
+        from opencomposer.engine.client import OpenAIChatClient
+
+        model, _, url = rest.partition("@")
+        client = OpenAIChatClient(url, model, api_key_env=options.api_key_env,
+                                  input_price_per_m=prices.input_per_mtok, output_price_per_m=prices.output_per_mtok)
+        policy = ChatClientPolicy(client, name=model, prices=prices)
+        return lambda task: policy
+    if kind in ("sglang", "vllm") and rest:
+        from opencomposer.engine.client import SGLangClient, VLLMClient
+
+        tok = _tokenizer(options)
+        if kind == "sglang":
+            client, name = SGLangClient(rest, tokenizer=tok), rest
+        else:
+            if "@" not in rest:
+                raise ConfigError(f"policy {spec!r}: write vllm:MODEL@BASE_URL")
+            name, _, url = rest.partition("@")
+            client = VLLMClient(url, name, tokenizer=tok)
+        policy = TokenClientPolicy(client, tok, name=name, routed_experts=False)
+        return lambda task: policy
+    if kind == "engine" and rest:
+        return _engine_policy(rest, options)
+    raise ConfigError(f"unknown policy spec {spec!r}: use oracle, oracle:tests, noop, openai:MODEL@BASE_URL, "
+                      "sglang:BASE_URL, vllm:MODEL@BASE_URL or engine:CKPT_DIR")
+
+
+def _tokenizer(options: EvalOptions):
+    from opencomposer.model.tokenizer import Tokenizer, bundled_tokenizer
+
+    return Tokenizer.load(options.tokenizer) if options.tokenizer else bundled_tokenizer()
+
+
+def _engine_policy(path: str, options: EvalOptions) -> PolicyFactory:
+    """engine:DIR: the embedded engine via `opencomposer.engine.engine.load_engine(DIR)`."""
+    if importlib.util.find_spec("opencomposer.engine.engine") is None:
+        raise ConfigError(f"engine:{path} needs the embedded engine (opencomposer/engine/engine.py), which this "
+                          "version does not have yet: serve the checkpoint with an SGLang-compatible server "
+                          "and evaluate it with sglang:BASE_URL")
+    from opencomposer.engine import engine as engine_mod
+    from opencomposer.engine.client import InProcessClient
+
+    load = getattr(engine_mod, "load_engine", None)
+    if load is None:
+        raise ConfigError("opencomposer.engine.engine has no load_engine(path); engine:DIR cannot start it")
+    engine = load(path)
+    tok = _tokenizer(options) if options.tokenizer else getattr(engine, "tokenizer", None) or _tokenizer(options)
+    policy = TokenClientPolicy(InProcessClient(engine, tok), tok, name=f"engine:{Path(path).name}", routed_experts=False)
+    return lambda task: policy
+
+
+# ----------------------------------------------------------------------------- one episode
+
+def diff_excludes() -> tuple[str, ...]:
+    """What the patch leaves out: the venv layer and what test runs leave behind."""
+    from opencomposer.sandbox.diff import DIFF_EXCLUDE
+
+    return (*DIFF_EXCLUDE, VENV_DIR)
+
+
+async def run_episode(task: Task, pass_index: int, make_policy: PolicyFactory, options: EvalOptions,
+                      out: Path, backend=None) -> tuple[Row, Trajectory | None]:
+    """One task x pass: workspace, agent, diff, grade. Never raises for a task's own failure:
+    an error becomes a Row with status "error" (and the trajectory so far, if any)."""
+    from opencomposer.tasks.build import task_image
+    from opencomposer.tasks.grade import grade
+    from opencomposer.tasks.task import patch_stats
+
+    traj_id = f"{task.id}__p{pass_index}"
+    partial = out / PARTIAL / f"{traj_id}.json"
+    row = Row(task.id, pass_index, traj_id, "error")
+    traj: Trajectory | None = None
+    ws = None
+    try:
+        image = await asyncio.to_thread(task_image, task, backend)
+        ws = await asyncio.to_thread(image.workspace)
+        config = options.agent.model_copy(update={"max_wall_s": options.task_timeout_s})
+        agent = Agent(make_policy(task), ws, config, trajectory_id=traj_id, task_id=task.id, save_path=partial,
+                      meta={"pass": pass_index, "suite": options.suite, "label": options.label or options.policy})
+        traj = agent.trajectory
+        t0 = time.monotonic()
+        try:
+            await agent.run(task.spec.instruction)
+        finally:
+            row.agent_s = round(time.monotonic() - t0, 3)
+        traj.patch = await asyncio.to_thread(ws.diff, diff_excludes())
+        result = await asyncio.to_thread(grade, task, traj.patch, backend=backend, image=image)
+        traj.grade, traj.reward = result.to_json(), float(result.resolved)
+        row.status, row.resolved, row.reward = "done", result.resolved, traj.reward
+        row.f2p_passed, row.f2p_total, row.p2p_passed, row.p2p_total = (
+            result.f2p_passed, result.f2p_total, result.p2p_passed, result.p2p_total)
+        row.grade_reason, row.grade_s = result.reason, result.duration_s
+        row.patch_lines = patch_stats(traj.patch)[0]
+    except Exception as e:  # recorded, and retried on rerun; the other episodes go on
+        row.error = f"{type(e).__name__}: {e}"
+    finally:
+        if ws is not None:
+            await asyncio.to_thread(ws.close)
+    if traj is not None:
+        c = traj.counts
+        row.stop_reason, row.turns, row.tool_calls = traj.stop_reason, c.turns, c.tool_calls
+        row.prompt_tokens, row.completion_tokens, row.cost_usd = c.prompt_tokens, c.completion_tokens, traj.cost_usd
+        row.error = row.error or traj.error
+    return row, traj
+
+
+# ----------------------------------------------------------------------------- the run
+
+def read_rows(out: Path) -> list[Row]:
+    """Rows of results.jsonl; the last row of a task x pass wins (a rerun after an error)."""
+    path = out / RESULTS
+    if not path.is_file():
+        return []
+    rows: dict[tuple[str, int], Row] = {}
+    for line in path.read_text().splitlines(keepends=True):
+        if line.endswith("\n"):  # a line cut by a crash is not a result
+            r = Row(**json.loads(line))
+            rows[(r.task_id, r.pass_index)] = r
+    return list(rows.values())
+
+
+def _check_resume(out: Path, options: EvalOptions) -> None:
+    run = out / RUN
+    if not run.is_file():
+        return
+    old = json.loads(run.read_text())
+    for key in ("suite", "policy"):
+        if old.get(key) != getattr(options, key):
+            raise ConfigError(f"{out} already holds a run with {key}={old.get(key)!r} (this one: "
+                              f"{getattr(options, key)!r}); choose another --out to start a new run")
+
+
+async def evaluate(options: EvalOptions, out: Path | str, *, backend=None, progress: bool = True) -> dict:
+    """Run the evaluation into `out` (see the module docstring); returns results.json's content."""
+    from opencomposer.eval.report import summarize
+
+    out = Path(out)
+    suite = Suite.load(options.suite)
+    tasks = [t for t in suite.tasks if any(fnmatch.fnmatch(t.id, g) for g in options.tasks)]
+    if not tasks:
+        raise ConfigError(f"no task of {options.suite} matches {options.tasks}")
+    make_policy = parse_policy(options.policy, options)
+    _check_resume(out, options)
+    out.mkdir(parents=True, exist_ok=True)
+    info = {**options.model_dump(mode="json"), "label": options.label or options.policy,
+            "suite_name": suite.spec.name, "suite_version": suite.spec.version, "started_at": time.time()}
+    if not (out / RUN).is_file():
+        (out / RUN).write_text(json.dumps(info, indent=2))
+    done = {(r.task_id, r.pass_index) for r in read_rows(out) if r.status == "done"}
+    todo = [(t, p) for p in range(options.passes) for t in tasks if (t.id, p) not in done]
+
+    sem = asyncio.Semaphore(options.concurrency)
+    lock = asyncio.Lock()
+    bar = _Progress(len(todo), f"{info['label']} on {suite.spec.name}", enabled=progress)
+
+    async def one(task: Task, p: int) -> None:
+        async with sem:
+            row, traj = await run_episode(task, p, make_policy, options, out, backend)
+        async with lock:  # one writer: whole lines, trajectory before its row
+            if traj is not None and row.status == "done":
+                write_jsonl([traj], out / TRAJECTORIES)
+                for f in (out / PARTIAL).glob(f"{traj.id}.json*"):
+                    f.unlink()
+            with open(out / RESULTS, "a") as f:
+                f.write(json.dumps(asdict(row)) + "\n")
+            bar.advance(row)
+
+    with bar:
+        await asyncio.gather(*(one(t, p) for t, p in todo))
+    rows = [r for r in read_rows(out) if r.task_id in {t.id for t in tasks}]
+    result = {**json.loads((out / RUN).read_text()), "finished_at": time.time(),
+              "summary": summarize([asdict(r) for r in rows]), "rows": [asdict(r) for r in rows]}
+    (out / SUMMARY).write_text(json.dumps(result, indent=2))
+    return result
+
+
+class _Progress:
+    """A rich progress bar with the running accuracy (silent when disabled)."""
+
+    def __init__(self, total: int, title: str, enabled: bool):
+        self.total, self.title, self.enabled = total, title, enabled
+        self.resolved = self.finished = self.errors = 0
+        self._p = self._task = None
+
+    def __enter__(self):
+        if self.enabled:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+            self._p = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                               TextColumn("{task.fields[status]}"), TimeElapsedColumn())
+            self._p.__enter__()
+            self._task = self._p.add_task(self.title, total=self.total, status="")
+        return self
+
+    def advance(self, row: Row) -> None:
+        self.finished += 1
+        self.resolved += row.resolved
+        self.errors += row.status != "done"
+        if self._p is not None:
+            status = f"resolved {self.resolved}/{self.finished}" + (f", {self.errors} errors" if self.errors else "")
+            self._p.update(self._task, advance=1, status=status)
+
+    def __exit__(self, *exc):
+        if self._p is not None:
+            self._p.__exit__(*exc)
