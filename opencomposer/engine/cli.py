@@ -28,7 +28,8 @@ def serve(
     host: str = typer.Option("127.0.0.1", "--host", help="Address to bind; 127.0.0.1 keeps it local."),
     max_slots: int = typer.Option(32, "--max-slots", help="Sequences decoded together (KV cache slots)."),
     max_len: int = typer.Option(None, "--max-len",
-                                help="Context per sequence, prompt + output (default: the smaller of 4096 and max_position_embeddings)."),
+                                help="Context per sequence, prompt + output "
+                                     "(default: the smaller of 4096 and max_position_embeddings)."),
     speculative_depth: int = typer.Option(0, "--speculative-depth",
                                           help="MTP draft tokens per step (0: plain decoding)."),
     dtype: str = typer.Option(None, "--dtype", help=f"One of {', '.join(_DTYPES)} (default: the checkpoint's)."),

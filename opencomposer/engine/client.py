@@ -21,7 +21,7 @@ Backends:
 | client | token level | chat level |
 |---|---|---|
 | `InProcessClient(engine, tokenizer)` | the embedded engine | chat format -> engine -> parse |
-| `SGLangClient(base_url)` | SGLang's native ``/generate`` (opencomposer's server or SGLang) | with `tokenizer=`: chat format over ``/generate``; without: ``/v1/chat/completions`` |
+| `SGLangClient(base_url)` | SGLang's native ``/generate`` (ours or SGLang's) | with `tokenizer=`: chat format over ``/generate``; else ``/v1/chat/completions`` |
 | `VLLMClient(base_url, model)` | vLLM's ``/v1/completions`` with a token-id prompt | as SGLangClient |
 | `OpenAIChatClient(base_url, model, ...)` | raises `InferenceError` | ``{base_url}/chat/completions``, with cost |
 

@@ -157,8 +157,9 @@ class SGLangSampling(_Body):
     min_new_tokens: int = 0
     ignore_eos: bool = False
     n: int = 1
-    neutral_values: ClassVar[dict[str, Any]] = {"min_p": 0.0, "frequency_penalty": 0.0, "presence_penalty": 0.0, "repetition_penalty": 1.0,
-                "min_new_tokens": 0, "ignore_eos": False, "n": 1}
+    neutral_values: ClassVar[dict[str, Any]] = {
+        "min_p": 0.0, "frequency_penalty": 0.0, "presence_penalty": 0.0, "repetition_penalty": 1.0,
+        "min_new_tokens": 0, "ignore_eos": False, "n": 1}
 
 
 class GenerateBody(_Body):
@@ -241,10 +242,9 @@ class UpdateWeightsBody(_Body):
 class Server:
     """The engine, the tokenizer, the limits and the counters behind the routes."""
 
-    def __init__(self, engine: InferenceEngine, tokenizer: Tokenizer, *, max_len: int, vocab_size: int,
-                 model_name: str):
+    def __init__(self, engine: InferenceEngine, tokenizer: Tokenizer, *, max_len: int, vocab_size: int):
         self.engine, self.tok = engine, tokenizer
-        self.max_len, self.vocab_size, self.model_name = max_len, vocab_size, model_name
+        self.max_len, self.vocab_size = max_len, vocab_size
         self.requests: Counter[tuple[str, int]] = Counter()
         self.prompt_tokens = self.generated_tokens = self.spec_accepted = self.spec_proposed = 0
         self.weight_updates = self.in_flight = 0
@@ -340,7 +340,7 @@ def create_app(engine: InferenceEngine, tokenizer: Tokenizer, *, max_len: int, v
     checkpoint directory into the engine and returns the new policy version (`Engine` has
     one that also checks the config matches); by default the checkpoint's state dict goes
     to `engine.update_weights`, which checks names and shapes."""
-    srv = Server(engine, tokenizer, max_len=max_len, vocab_size=vocab_size, model_name=model_name)
+    srv = Server(engine, tokenizer, max_len=max_len, vocab_size=vocab_size)
     if update_from_disk is None:
         def update_from_disk(path: str, version: int | None) -> int:
             from opencomposer.model import load_pretrained
@@ -430,7 +430,8 @@ def create_app(engine: InferenceEngine, tokenizer: Tokenizer, *, max_len: int, v
             req = GenerationRequest(
                 input_ids=ids, sampling=dataclasses.replace(sampling, stop=()), return_logprob=body.return_logprob,
                 return_routed_experts=body.return_routed_experts,
-                return_prompt_routed_experts=body.return_routed_experts and body.routed_experts_start_len < len(ids) - 1,
+                return_prompt_routed_experts=(body.return_routed_experts
+                                              and body.routed_experts_start_len < len(ids) - 1),
                 request_id=rid or uuid.uuid4().hex)
             jobs.append((req, sampling, sp))
         t0 = time.perf_counter()
@@ -500,7 +501,8 @@ def create_app(engine: InferenceEngine, tokenizer: Tokenizer, *, max_len: int, v
                                       "logprobs": None}
             if body.logprobs:
                 choice["logprobs"] = {"content": [
-                    {"token": (s := tokenizer.decode([t])), "logprob": lp, "bytes": list(s.encode()), "top_logprobs": []}
+                    {"token": (s := tokenizer.decode([t])), "logprob": lp, "bytes": list(s.encode()),
+                     "top_logprobs": []}
                     for t, lp in zip(result.output_ids, result.logprobs)]}
             if body.return_token_ids:
                 choice["token_ids"] = result.output_ids

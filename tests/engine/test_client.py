@@ -151,7 +151,8 @@ async def test_openai_chat_client_costs_and_refuses_token_level(tok, monkeypatch
         with pytest.raises(InferenceError, match="chat-only"):
             await client.generate([1, 2], SamplingParams())
     assert chat.message["content"] == "Done." and chat.finish_reason == "stop"
-    assert chat.usage.cost_usd == pytest.approx((chat.usage.prompt_tokens * 2 + chat.usage.completion_tokens * 10) / 1e6)
+    usage = chat.usage
+    assert usage.cost_usd == pytest.approx((usage.prompt_tokens * 2 + usage.completion_tokens * 10) / 1e6)
     assert seen[0].url.path == "/v1/chat/completions" and seen[0].headers["authorization"] == "Bearer sk-test"
     monkeypatch.delenv("TEST_API_KEY")
     with pytest.raises(InferenceError, match="TEST_API_KEY"):

@@ -402,7 +402,8 @@ async def test_real_engine_weight_update_changes_outputs_and_rejects_other_archi
                "sampling_params": {"temperature": 0, "max_new_tokens": 4}}
     async with serve_engine(real_engine, tok) as c:
         before = (await c.post("/generate", json=request)).json()["meta_info"]
-        r = await c.post("/update_weights_from_disk", json={"model_path": str(tiny_checkpoint(tmp_path / "s1", seed=1))})
+        step1 = tiny_checkpoint(tmp_path / "s1", seed=1)
+        r = await c.post("/update_weights_from_disk", json={"model_path": str(step1)})
         assert r.status_code == 200 and r.json() == {**r.json(), "success": True, "version": 1}
         after = (await c.post("/generate", json=request)).json()["meta_info"]
         torch.manual_seed(0)
@@ -417,6 +418,25 @@ async def test_real_engine_weight_update_changes_outputs_and_rejects_other_archi
     assert [e[0] for e in before["output_token_logprobs"]] != [e[0] for e in after["output_token_logprobs"]]
     assert refused.status_code == 400 and refused.json()["success"] is False
     assert "config" in refused.json()["message"] and health["policy_version"] == 1
+
+
+async def test_speculative_decoding_counts_show_in_meta_info_and_metrics(tok, tmp_path):
+    from opencomposer.engine.engine import Engine
+    from opencomposer.model import load_pretrained
+
+    engine = Engine(load_pretrained(tiny_checkpoint(tmp_path / "c")), max_slots=2, max_len=MAX_LEN,
+                    speculative_depth=1)
+    try:
+        async with serve_engine(engine, tok) as c:
+            meta = (await c.post("/generate", json={"input_ids": [1, 100, 200], "sampling_params": {
+                "temperature": 0, "max_new_tokens": 8}})).json()["meta_info"]
+            text = (await c.get("/metrics")).text
+    finally:
+        engine.stop()
+    accepted, proposed = meta["spec_accepted_tokens"], meta["spec_proposed_tokens"]
+    assert proposed > 0 and 0 <= accepted <= proposed
+    assert f"\nopencomposer_spec_proposed_tokens_total {proposed}\n" in text
+    assert f"\nopencomposer_spec_acceptance_rate {accepted / proposed}\n" in text
 
 
 # ----------------------------------------------------------------------------- the CLI
