@@ -16,6 +16,12 @@ pool served from one asyncio loop, locally (pool.py) or as one Ray actor per nod
     patch = forks[0].diff()                        # git-style unified diff vs the base
     for w in [ws, *forks]: w.close()
 
+Requirements: root (overlay mounts use mount(2); cgroups v1 or v2 are used when writable,
+rlimits otherwise), Debian's `bubblewrap` (and `runsc` for gVisor). The layer store lives
+in $OPENCOMPOSER_SANDBOX_DIR (default /var/tmp/opencomposer/sandbox); on a tmpfs such as
+/dev/shm, fork and snapshot are ~10x cheaper (no ext4 journal), at the price of RAM for
+every written file. After a crash, `opencomposer sandbox gc` removes what was left.
+
 Threat model: the code in the sandbox is *untrusted but not targeted*: model-written
 commands that may be buggy, greedy or (through reward hacking) try to read the answers,
 tamper with the grader or escape. We assume a stock Linux kernel without exploitable bugs.
@@ -23,13 +29,14 @@ tamper with the grader or escape. We assume a stock Linux kernel without exploit
 What is covered (each has an adversarial test in tests/sandbox/test_isolation.py):
 - secrets: nothing of the host file system is visible except /usr, a curated read-only
   /etc (no shadow, ssh keys, ssl/private, pip/npm credentials) and the workspace; no /root,
-  /home, host /tmp, /var, /sys, /run. Hidden tests are never in a workspace's layers.
+  /home, host /tmp, /var, /sys, /run. (Keeping hidden tests out of an image's layers is
+  the task builder's job: whatever is in the layers is visible.)
 - environment: the sandbox's environment is built from scratch (clearenv + PATH/HOME/LANG).
 - network: a private network namespace with only `lo` unless `Limits.network=True`;
   host services on 127.0.0.1 are unreachable. gVisor: `--network=none`.
 - writes: only /workspace (a copy-on-write overlay; the image's layers and the host dir
-  behind `sandbox exec` are never modified) and a private /tmp are writable; / and system
-  dirs are read-only mounts.
+  behind `sandbox exec` are never modified; `workspace_in_place` is the one, explicit,
+  exception) and a private /tmp are writable; / and system dirs are read-only mounts.
 - processes: a new pid namespace (the sandbox sees only its own processes), a per-exec
   cgroup (or process group) that is killed when the exec returns, so daemons, orphans and
   timed-out trees do not survive; `--die-with-parent` if the caller dies.
@@ -53,6 +60,8 @@ What is NOT covered:
 - disk usage: the overlay upper dir has no quota, only RLIMIT_FSIZE per file.
 - `Limits.network=True` shares the host's network namespace: host services on
   127.0.0.1 and abstract unix sockets become reachable. Use it only for installs.
+- /usr is the host's, /usr/local included: whatever is installed there is readable (but
+  not writable); the bwrap init's command line (host store paths) is visible in /proc/1.
 - the sandboxed processes run as host uid 0 inside a user namespace: they own the
   workspace files, and a kernel bug that escapes the namespaces would give root.
 - gVisor (Debian's 2022 runsc): its pids and file-size limits are enforced by gVisor's own

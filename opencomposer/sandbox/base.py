@@ -115,3 +115,10 @@ class Backend(Protocol):
     def image(self, layers: Sequence[Path]) -> Image:
         """An image over existing layer directories (lowest first)."""
         ...
+
+    def workspace_in_place(self, path: Path | str) -> Workspace:
+        """A workspace whose root IS `path`: commands see it read-write at /workspace.
+
+        No copy-on-write: snapshot/fork/diff raise SandboxError. For one-off tool calls on a
+        user's checkout (`opencomposer tool call --workspace DIR`)."""
+        ...
