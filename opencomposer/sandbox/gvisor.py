@@ -105,7 +105,9 @@ class GVisorBackend(OverlayBackend):
             "root": {"path": str(self.rootfs), "readonly": True},
             "hostname": "sandbox",
             "mounts": self._mounts(root, limits),
-            "linux": {"namespaces": [{"type": t} for t in ("pid", "network", "ipc", "uts", "mount")]},
+            # a "network" namespace entry would give even --network=host a fresh, empty netns
+            "linux": {"namespaces": [{"type": t} for t in ("pid", "ipc", "uts", "mount")
+                                     + (() if limits.network else ("network",))]},
         }
         (bundle / "config.json").write_text(json.dumps(config))
         argv = ["runsc", "--rootless", "--ignore-cgroups", f"--root={bundle / 'state'}",

@@ -47,20 +47,32 @@ def test_secrets_environment_and_writes_are_isolated(ws, monkeypatch, tmp_path):
     assert not (tmp_path / "oc_x").exists()
 
 
-def test_no_network(ws):
+def _serve_once(server: socket.socket) -> None:
+    try:
+        conn, _ = server.accept()
+        conn.sendall(b"host-service")
+        conn.close()
+    except OSError:
+        pass
+
+
+def test_no_network_unless_asked(ws):
     server = socket.socket()
     server.bind(("127.0.0.1", 0))
     server.listen()
     port = server.getsockname()[1]
-    threading.Thread(target=lambda: server.accept(), daemon=True).start()
+    threading.Thread(target=_serve_once, args=(server,), daemon=True).start()
+    probe = ["python3", "-c", f"import socket; s = socket.create_connection(('127.0.0.1', {port}), 2); "
+             "print(s.recv(100).decode())"]
     try:
-        r = ws.exec(["python3", "-c", f"import socket; socket.create_connection(('127.0.0.1', {port}), 2); "
-                     "print('connected')"])
+        blocked = ws.exec(probe)
         interfaces = ws.exec(["sh", "-c", "tail -n +3 /proc/net/dev | cut -d: -f1"]).stdout.split()
+        allowed = ws.exec(probe, limits=Limits(network=True))  # control: --network=host
     finally:
         server.close()
-    assert r.exit_code != 0 and "connected" not in r.stdout
+    assert blocked.exit_code != 0 and "host-service" not in blocked.stdout
     assert interfaces == ["lo"]
+    assert allowed.stdout == "host-service\n"
 
 
 def test_timeout_and_orphans_leave_no_process(ws, store):
