@@ -49,7 +49,7 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol, Sequence, runtime_checkable
+from typing import Protocol, Sequence
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -149,9 +149,8 @@ class ChatReply:
     """OpenAI's finish_reason; "length" marks a reply cut off by max_tokens."""
 
 
-@runtime_checkable
 class ChatPolicy(Protocol):
-    """Messages in, one assistant message out. May also have `prices: Prices`."""
+    """Messages in, one assistant message out. `name` and `prices: Prices` are optional."""
 
     name: str
 
@@ -159,9 +158,8 @@ class ChatPolicy(Protocol):
         ...
 
 
-@runtime_checkable
 class TokenPolicy(Protocol):
-    """Token ids in, token ids (+ logprobs, routed experts, policy versions) out."""
+    """Token ids in, token ids (+ logprobs, routed experts, policy versions) out. `name` is optional."""
 
     name: str
     tokenizer: Tokenizer
@@ -318,9 +316,10 @@ class _TokenContext:
 
 
 def _context_for(policy, tools: list[dict], tok: Tokenizer, config: AgentConfig):
-    if isinstance(policy, TokenPolicy):
+    # by the methods alone: `name` (and `prices`) are optional in practice
+    if callable(getattr(policy, "generate", None)) and getattr(policy, "tokenizer", None) is not None:
         return _TokenContext(policy, tools, tok, config)
-    if isinstance(policy, ChatPolicy):
+    if callable(getattr(policy, "chat", None)):
         return _ChatContext(policy, tools, tok, config)
     raise ConfigError(f"{type(policy).__name__} is not a policy: it needs `async chat(messages, tools)` "
                       "(chat level) or `tokenizer` and `async generate(input_ids, sampling)` (token level)")

@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from opencomposer.cli import app
-from opencomposer.eval.report import pareto_front, pass_at_k, summarize, write_report
+from opencomposer.eval.report import pareto_front, pass_at_k, summarize
 from opencomposer.eval.run import RESULTS, RUN, TRAJECTORIES, Row
 from opencomposer.harness.trajectory import Segment, Trajectory, write_jsonl
 

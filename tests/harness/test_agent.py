@@ -338,3 +338,10 @@ async def test_trajectory_round_trips_through_json_jsonl_and_npz(ws, tok, tmp_pa
     back = read_jsonl(tmp_path / "t.jsonl")
     assert len(back) == 2
     _same(t, back[1])
+
+
+def test_an_object_that_is_not_a_policy_is_refused_with_what_it_needs(ws):
+    from opencomposer.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="async chat"):
+        Agent(object(), ws)

@@ -105,7 +105,6 @@ async def test_oracle_reproduces_a_patch_with_added_modified_and_deleted_files(t
     (base / "keep.txt").write_text("same\n")
     image = get_backend("bwrap").image_from_dir(base)
     with image.workspace() as ws:  # make the gold patch with the sandbox's own diff
-        text = (ws.root / "m.py").read_text()
         changed = blocks[:1] + [blocks[1].replace("return 1", "return 2")] + blocks[2:-1] + ["def f():\n"]
         (ws.root / "m.py").write_text("".join(changed) + "tail!\n")
         (ws.root / "new.txt").write_text("hello\n")
