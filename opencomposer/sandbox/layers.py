@@ -207,14 +207,19 @@ class _Exec:
     _backend: "OverlayBackend"
     _running: set[Callable[[], None]]
 
+    def _check_open(self) -> None:
+        """Raise SandboxError if the workspace was closed."""
+
     def exec(self, cmd: Sequence[str] | str, *, limits: Limits | None = None, cwd: str = ".",
              env: dict[str, str] | None = None, stdin: bytes | None = None) -> ExecResult:
+        self._check_open()
         limits = limits or Limits()
         spec = self._backend.launch_spec(self.root, cmd, limits, cwd, env)
         return limits_mod.run(spec, limits, stdin, running=self._running)
 
     async def aexec(self, cmd: Sequence[str] | str, *, limits: Limits | None = None, cwd: str = ".",
                     env: dict[str, str] | None = None, stdin: bytes | None = None) -> ExecResult:
+        self._check_open()
         limits = limits or Limits()
         spec = self._backend.launch_spec(self.root, cmd, limits, cwd, env)
         return await limits_mod.arun(spec, limits, stdin, running=self._running)

@@ -13,7 +13,8 @@ for backends with a costlier setup, without waiting for that either).
 
 `max_size` bounds leased + warm workspaces together; when the pool is full, a warm
 workspace of another image is closed to make room, else `acquire` waits for a release.
-Everything runs on the caller's loop; mounts take ~0.3 ms, so they are done inline.
+Everything runs on the caller's loop; mounts take ~0.3 ms, so they are done inline, while
+closing (deleting an upper dir that may hold a whole `pip install`) runs in a thread.
 """
 
 from __future__ import annotations
@@ -94,10 +95,11 @@ class WorkspacePool:
         return ws
 
     async def release(self, ws: Workspace) -> None:
-        """Close a leased workspace and wake one waiting acquirer."""
+        """Close a leased workspace (in a thread: deleting a big upper dir takes a while) and
+        wake one waiting acquirer."""
+        await asyncio.to_thread(ws.close)
         async with self._changed:
             self._leased.discard(ws)
-            ws.close()
             self._changed.notify()
 
     @contextlib.asynccontextmanager
@@ -116,8 +118,8 @@ class WorkspacePool:
         """Close every workspace (leased ones too: their rollouts are over) and refuse new acquires."""
         async with self._changed:
             self._closed = True
-            for ws in [*self._leased, *(w for spare in self._warm.values() for w in spare)]:
-                ws.close()
+            spaces = [*self._leased, *(w for spare in self._warm.values() for w in spare)]
+            await asyncio.gather(*(asyncio.to_thread(ws.close) for ws in spaces))
             self._leased.clear()
             self._warm.clear()
             self._images.clear()

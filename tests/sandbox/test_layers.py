@@ -139,8 +139,9 @@ def test_close_leaves_no_mounts_dirs_or_layers_and_is_idempotent(backend, projec
 def test_closed_workspace_refuses_work(backend, project):
     ws = backend.image_from_dir(project).workspace()
     ws.close()
-    with pytest.raises(SandboxError, match="closed"):
-        ws.snapshot()
+    for op in (ws.snapshot, ws.diff, lambda: ws.exec(["true"])):
+        with pytest.raises(SandboxError, match="closed"):
+            op()
 
 
 def test_gc_cleans_up_after_a_crashed_process(store, project):
