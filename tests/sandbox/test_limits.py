@@ -48,3 +48,27 @@ def test_rlimit_fallback_without_cgroups(ws, monkeypatch):
     marker = "765432.5"
     t = ws.exec(["sh", "-c", f"setsid sleep {marker} & sleep {marker}"], limits=Limits(timeout_s=1))
     assert t.timed_out and host_processes_with(marker) == []  # the pid namespace still reaps all
+
+
+def test_cgroup_v2_files_on_a_fake_hierarchy(tmp_path, monkeypatch):
+    """This machine has cgroup v1; check the v2 protocol (file names, values) on a fake tree."""
+    from opencomposer.sandbox import limits as limits_mod
+
+    root = tmp_path / "cgroup"
+    root.mkdir()
+    (root / "cgroup.controllers").write_text("cpu memory pids\n")
+    (root / "cgroup.subtree_control").write_text("cpu\n")
+    monkeypatch.setattr(limits_mod, "CGROUP_ROOT", root)
+    limits_mod._detect_layout.cache_clear()
+    try:
+        layout = limits_mod.cgroup_layout()
+        assert layout.version == 2 and layout.memory == layout.pids == root / "opencomposer"
+        assert (root / "cgroup.subtree_control").read_text() == "+memory +pids"
+        cg = limits_mod.Cgroup(layout, 256 << 20, 32)
+        d = cg.dirs[0]
+        assert (d / "memory.max").read_text() == str(256 << 20) and (d / "pids.max").read_text() == "32"
+        assert (d / "memory.swap.max").read_text() == "0"
+        (d / "memory.events").write_text("low 0\nhigh 0\nmax 4\noom 1\noom_kill 1\n")
+        assert cg.oom_kills() == 1 and cg.procs_files == [d / "cgroup.procs"]
+    finally:
+        limits_mod._detect_layout.cache_clear()
