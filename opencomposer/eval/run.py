@@ -139,7 +139,7 @@ def parse_policy(spec: str, options: EvalOptions) -> PolicyFactory:
         model, _, url = rest.partition("@")
         client = OpenAIChatClient(url, model, api_key_env=options.api_key_env,
                                   input_price_per_m=prices.input_per_mtok, output_price_per_m=prices.output_per_mtok)
-        policy = ChatClientPolicy(client, name=model, prices=prices)
+        policy = ChatClientPolicy(client, name=model, prices=prices, send_thinking=False)
         return lambda task: policy
     if kind in ("sglang", "vllm") and rest:
         from opencomposer.engine.client import SGLangClient, VLLMClient

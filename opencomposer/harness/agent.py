@@ -185,13 +185,18 @@ class ChatClientPolicy:
     """A `ChatPolicy` over the chat level of a `PolicyClient`: OpenAIChatClient for hosted
     APIs (model name and prices), or a server's own chat endpoint. Malformed tool calls that
     a token-level backend reports in `ChatResult.errors` are not in OpenAI's message, so the
-    model does not hear about them this way: use `TokenClientPolicy` for opencomposer models."""
+    model does not hear about them this way: use `TokenClientPolicy` for opencomposer models.
+    `send_thinking=False` drops earlier turns' reasoning_content from the request (hosted APIs
+    that return it, e.g. DeepSeek's, refuse it as input); the trajectory keeps it."""
 
-    def __init__(self, client, name: str, prices: Prices | None = None, sampling: SamplingParams | None = None):
-        self.client, self.name, self.prices = client, name, prices
+    def __init__(self, client, name: str, prices: Prices | None = None, sampling: SamplingParams | None = None,
+                 send_thinking: bool = True):
+        self.client, self.name, self.prices, self.send_thinking = client, name, prices, send_thinking
         self.sampling = sampling or SamplingParams(max_new_tokens=8192)
 
     async def chat(self, messages: list[dict], tools: list[dict]) -> ChatReply:
+        if not self.send_thinking:
+            messages = [{k: v for k, v in m.items() if k != "reasoning_content"} for m in messages]
         r = await self.client.chat(messages, tools, self.sampling)
         return ChatReply(r.message, r.usage.prompt_tokens, r.usage.completion_tokens, r.finish_reason)
 

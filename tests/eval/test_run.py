@@ -94,3 +94,21 @@ def test_bad_specs_and_a_different_run_in_the_same_dir_are_refused(tmp_path):
     assert r.exit_code == 2 and "already holds a run" in r.output
     r = eval_cli("--policy", "noop", "--out", tmp_path / "w", "--tasks", "nothing-matches*")
     assert r.exit_code == 2 and "no task" in r.output
+
+
+def test_endpoint_specs_build_clients_with_model_url_and_prices(monkeypatch):
+    from opencomposer.harness.agent import ChatClientPolicy, TokenClientPolicy
+    from opencomposer.tasks.policies import NoOpPolicy, OraclePolicy
+
+    monkeypatch.setenv("MY_KEY", "sk-test")
+    opts = EvalOptions(suite=str(SMOKE), policy="x", input_price_per_m=3.0, output_price_per_m=15.0, api_key_env="MY_KEY")
+    task = Suite.load(SMOKE).tasks[0]
+    chat = run_mod.parse_policy("openai:gpt-test@https://api.example.com/v1", opts)(task)
+    assert isinstance(chat, ChatClientPolicy) and chat.name == "gpt-test" and not chat.send_thinking
+    assert chat.client.base_url == "https://api.example.com/v1" and chat.client.model == "gpt-test"
+    assert (chat.prices.input_per_mtok, chat.prices.output_per_mtok) == (3.0, 15.0)
+    tokens = run_mod.parse_policy("sglang:http://127.0.0.1:30000", opts)(task)
+    assert isinstance(tokens, TokenClientPolicy) and tokens.client.base_url == "http://127.0.0.1:30000"
+    assert tokens.tokenizer.special_id("<|im_end|>") == 3
+    assert isinstance(run_mod.parse_policy("oracle:tests", opts)(task), OraclePolicy)
+    assert isinstance(run_mod.parse_policy("noop", opts)(task), NoOpPolicy)

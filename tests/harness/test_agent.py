@@ -304,12 +304,21 @@ async def test_token_level_through_the_fake_engine_and_in_process_client(ws, tok
 
 async def test_chat_client_policy_passes_usage_through(ws):
     class Client:
+        def __init__(self):
+            self.sent = []
+
         async def chat(self, messages, tools, sampling):
+            self.sent.append(messages)
+            if len(self.sent) == 1:
+                return ChatResult(reply(call("read_file", path="a.py")) | {"reasoning_content": "hm"}, Usage(100, 3),
+                                  "tool_calls")
             return ChatResult({"role": "assistant", "content": "hi"}, Usage(123, 4), "stop")
 
-    t = await Agent(ChatClientPolicy(Client(), "api", Prices(1.0, 2.0)), ws).run("go")
-    assert t.counts.prompt_tokens == 123 and t.counts.completion_tokens == 4 and t.policy == "api"
-    assert t.cost_usd == pytest.approx((123 * 1.0 + 4 * 2.0) / 1e6)
+    client = Client()
+    t = await Agent(ChatClientPolicy(client, "api", Prices(1.0, 2.0), send_thinking=False), ws).run("go")
+    assert t.counts.prompt_tokens == 223 and t.counts.completion_tokens == 7 and t.policy == "api"
+    assert t.cost_usd == pytest.approx((223 * 1.0 + 7 * 2.0) / 1e6)
+    assert t.messages[2]["reasoning_content"] == "hm" and "reasoning_content" not in client.sent[1][2]
 
 
 # ----------------------------------------------------------------------------- serialisation
