@@ -42,7 +42,7 @@ import time
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable
 
 from opencomposer.errors import SandboxError
 from opencomposer.sandbox.base import ExecResult, Limits
