@@ -1,0 +1,240 @@
+"""Rollouts: the agent loop in a forked sandbox, graded, rewarded; G of them per task form a group.
+
+    task image (snapshot: venv + broken workspace, no hidden tests)
+      └─ fresh copy-on-write workspace × G (forks of the same snapshot)
+           └─ agent loop (harness/agent.py), the engine as token-level policy:
+              exact output ids, loss mask, behaviour logprobs, routed experts and the
+              policy version of every sampled token, per self-summarization segment
+           └─ the workspace's diff -> grader on a fresh fork + hidden tests (tasks/grade.py)
+           └─ RewardInputs (trajectory counts + grade) -> compute_reward (rl/rewards.py)
+      └─ Group: the successful rollouts, their rewards, the policy versions they span
+    groups -> Dr. GRPO advantages per group -> one trainer `Sample` per segment (`to_samples`),
+    every segment of a trajectory carrying the trajectory's advantage [R §4].
+
+This is the same agent loop and the same grader `opencomposer eval` uses (eval/run.py), so a
+policy trains in the harness it is evaluated (and shipped) in.
+
+Failures: bad model output is data (malformed tool calls become tool errors and reward
+penalties, never exceptions). A rollout whose *infrastructure* fails (its sandbox vanished,
+an exec that cannot start, the policy endpoint down, the grader crashing) raises out of the
+attempt; it is retried on a fresh fork up to `max_attempts` times in all, then counted as
+failed. A group keeps its successful rollouts (advantages handle ragged groups) and is
+dropped, with its task reported back, when fewer than `min_group_size` succeeded.
+
+An empty patch is scored unresolved without running the tests (when correctness is
+"resolved"): task validation guarantees the fail-to-pass tests fail on the unchanged
+workspace, and a random or early policy mostly submits nothing, so this saves a pytest run
+per such rollout.
+
+The KL-in-reward term (−β·Σ k1) needs the reference policy's logprobs, which only the
+trainer computes; rewards here use kl_sum = 0 and the trainer adds the term if configured.
+
+Left out: sharing one sandbox between rollouts, partial credit beyond the grader's counts,
+and stopping a rollout early when its group is already decided.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from opencomposer.harness.agent import Agent, AgentConfig
+from opencomposer.harness.trajectory import Trajectory
+from opencomposer.rl.advantages import AdvantageConfig, compute_advantages
+from opencomposer.rl.rewards import RewardBreakdown, RewardConfig, RewardInputs, compute_reward
+from opencomposer.tasks.task import Task
+
+PolicyFactory = Callable[[Task], object]
+"""Makes the policy of one rollout attempt (a shared engine client, or a fresh scripted policy)."""
+
+
+class RolloutConfig(BaseModel):
+    """How one task becomes a group of graded rollouts."""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+
+    group_size: int = Field(4, ge=1)
+    """G: rollouts per task, each in its own fork of the task's snapshot."""
+    min_group_size: int = Field(2, ge=1)
+    """A group with fewer successful rollouts is dropped (Dr. GRPO needs ≥ 2 to compare)."""
+    max_attempts: int = Field(2, ge=1)
+    """Tries per rollout (first + retries) when its infrastructure fails; each on a fresh fork."""
+    task_timeout_s: float = Field(600.0, gt=0)
+    """Wall-clock limit of one episode (the agent's max_wall_s); the patch so far is still graded."""
+    agent: AgentConfig = AgentConfig(max_turns=30, max_total_tokens=32_000, max_new_tokens=1024,
+                                     summarize_at=None)
+    """The agent loop's limits and sampling (token mode); max_wall_s is replaced by task_timeout_s."""
+    skip_empty_patch: bool = True
+    """Score an empty patch unresolved without running the tests (correctness "resolved" only)."""
+
+
+@dataclass
+class Rollout:
+    """One finished rollout: its trajectory (patch, grade and reward filled in) and reward terms."""
+
+    trajectory: Trajectory
+    reward: RewardBreakdown
+    attempts: int
+
+
+@dataclass
+class Group:
+    """The G rollouts of one task. `rollouts` holds the successful ones only."""
+
+    task_id: str
+    rollouts: list[Rollout] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    """One line per failed attempt (retried or not)."""
+    failed: int = 0
+    """Rollouts that failed every attempt."""
+    start_version: int = 0
+    """The engine's policy version when the group started."""
+    wall_s: float = 0.0
+
+    def ok(self, min_size: int) -> bool:
+        return len(self.rollouts) >= min_size
+
+    @property
+    def rewards(self) -> list[float]:
+        return [r.reward.total for r in self.rollouts]
+
+    def versions(self) -> np.ndarray:
+        """Policy versions of every sampled token of the group (1-D, may be empty)."""
+        parts = [np.asarray(s.policy_versions, dtype=np.int64)[np.asarray(s.loss_mask, dtype=bool)]
+                 for r in self.rollouts for s in r.trajectory.segments if s.token_ids is not None]
+        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+
+    def oldest_version(self) -> int:
+        """The oldest policy that sampled any token of the group: what staleness is measured from."""
+        v = self.versions()
+        return int(v.min()) if v.size else self.start_version
+
+
+# ----------------------------------------------------------------------------- one rollout
+
+def reward_inputs(traj: Trajectory, grade: dict) -> RewardInputs:
+    """The reward's inputs from the loop's counts and the grader's result (`GradeResult.to_json()`)."""
+    c = traj.counts
+    total = grade["f2p_total"] + grade["p2p_total"]
+    return RewardInputs(
+        thinking_tokens=c.thinking_tokens, tool_call_tokens=c.tool_call_tokens,
+        tool_output_tokens=c.tool_output_tokens, final_message_tokens=c.final_message_tokens,
+        tool_calls=c.tool_calls, turns=c.turns,
+        failed_tool_calls=c.tool_errors - c.malformed_calls,  # tool_errors counts malformed calls too
+        malformed_tool_calls=c.malformed_calls, unfinished_todos=c.unfinished_todos,
+        resolved=bool(grade["resolved"]),
+        tests_passed_fraction=(grade["f2p_passed"] + grade["p2p_passed"]) / total if total else 0.0)
+
+
+def _unresolved_without_tests(task: Task) -> dict:
+    from opencomposer.tasks.grade import GradeResult
+
+    f2p, p2p = task.spec.tests.fail_to_pass, task.spec.tests.pass_to_pass
+    return GradeResult(False, 0, len(f2p), 0, len(p2p), reason="empty patch (not run)").to_json()
+
+
+async def _attempt(task: Task, image, make_policy: PolicyFactory, cfg: RolloutConfig, reward_cfg: RewardConfig,
+                   traj_id: str, backend, save_dir: Path | None) -> Rollout:
+    """One try: fresh fork, agent, diff, grade, reward. Raises on infrastructure failure."""
+    from opencomposer.tasks.grade import grade, workspace_patch
+
+    ws = await asyncio.to_thread(image.workspace)
+    try:
+        agent = Agent(make_policy(task), ws, cfg.agent.model_copy(update={"max_wall_s": cfg.task_timeout_s}),
+                      trajectory_id=traj_id, task_id=task.id,
+                      save_path=save_dir / f"{traj_id}.json" if save_dir else None)
+        traj = await agent.run(task.spec.instruction)
+        traj.patch = await asyncio.to_thread(workspace_patch, ws)
+    finally:
+        await asyncio.to_thread(ws.close)
+    if not traj.patch.strip() and cfg.skip_empty_patch and reward_cfg.correctness == "resolved":
+        traj.grade = _unresolved_without_tests(task)
+    else:
+        traj.grade = (await asyncio.to_thread(grade, task, traj.patch, backend=backend, image=image)).to_json()
+    breakdown = compute_reward(reward_inputs(traj, traj.grade), reward_cfg)
+    traj.reward = breakdown.total
+    traj.meta["reward"] = breakdown.as_dict(prefix="")
+    return Rollout(traj, breakdown, attempts=0)
+
+
+async def run_rollout(task: Task, image, make_policy: PolicyFactory, cfg: RolloutConfig, reward_cfg: RewardConfig,
+                      *, rollout_id: str, backend=None, save_dir: Path | None = None,
+                      errors: list[str] | None = None) -> Rollout | None:
+    """Up to `cfg.max_attempts` tries; None if every one failed (their errors appended to `errors`).
+    Cancellation (a killed worker) is never swallowed."""
+    for attempt in range(1, cfg.max_attempts + 1):
+        try:
+            rollout = await _attempt(task, image, make_policy, cfg, reward_cfg, f"{rollout_id}_a{attempt}",
+                                     backend, save_dir)
+            rollout.attempts = attempt
+            return rollout
+        except Exception as e:  # infrastructure, not the model: retried on a fresh fork
+            if errors is not None:
+                errors.append(f"{rollout_id} attempt {attempt}: {type(e).__name__}: {e}")
+    return None
+
+
+async def run_group(task: Task, make_policy: PolicyFactory, cfg: RolloutConfig, reward_cfg: RewardConfig, *,
+                    backend=None, image=None, group_id: str | None = None, start_version: int = 0,
+                    save_dir: Path | None = None) -> Group:
+    """G concurrent rollouts of `task` from forks of the task image (built/cached on first use)."""
+    from opencomposer.tasks.build import task_image
+
+    t0 = time.monotonic()
+    if image is None:
+        image = await asyncio.to_thread(task_image, task, backend)
+    group = Group(task.id, start_version=start_version)
+    gid = group_id or task.id
+    done = await asyncio.gather(*(
+        run_rollout(task, image, make_policy, cfg, reward_cfg, rollout_id=f"{gid}_r{i}", backend=backend,
+                    save_dir=save_dir, errors=group.errors)
+        for i in range(cfg.group_size)))
+    group.rollouts = [r for r in done if r is not None]
+    group.failed = sum(r is None for r in done)
+    group.wall_s = round(time.monotonic() - t0, 3)
+    return group
+
+
+# ----------------------------------------------------------------------------- to the trainer
+
+def group_advantages(groups: list[Group], cfg: AdvantageConfig) -> list[list[float]]:
+    """Per-group advantages of each successful rollout (Dr. GRPO by default; ragged groups allowed)."""
+    import torch
+
+    rewards_N = torch.tensor([r for g in groups for r in g.rewards], dtype=torch.float64)
+    gid_N = torch.tensor([i for i, g in enumerate(groups) for _ in g.rollouts])
+    if rewards_N.numel() == 0:
+        return [[] for _ in groups]
+    adv_N = compute_advantages(rewards_N, cfg, group_ids=gid_N).tolist()
+    out, k = [], 0
+    for g in groups:
+        out.append(adv_N[k:k + len(g.rollouts)])
+        k += len(g.rollouts)
+    return out
+
+
+def to_samples(groups: list[Group], cfg: AdvantageConfig, make_sample: Callable[..., object]) -> list:
+    """One sample per segment of every successful rollout, each with its trajectory's advantage
+    (rewards and advantages are per trajectory, then broadcast to segments [R §4], so a rollout
+    split by self-summarization does not weigh more in its group's mean).
+
+    `make_sample(segment=, advantage=, reward=, trajectory=, group_index=)` builds the trainer's
+    sample type from one segment."""
+    samples = []
+    for gi, (g, advs) in enumerate(zip(groups, group_advantages(groups, cfg))):
+        for r, adv in zip(g.rollouts, advs):
+            for seg in r.trajectory.segments:
+                if seg.token_ids is None:
+                    raise ValueError(f"trajectory {r.trajectory.id} is chat-level: RL needs a token-level policy "
+                                     "(TokenClientPolicy over the engine) so the exact sampled ids are kept")
+                if not any(seg.loss_mask):
+                    continue  # nothing sampled in it: no gradient
+                samples.append(make_sample(segment=seg, advantage=float(adv), reward=r.reward.total,
+                                           trajectory=r.trajectory, group_index=gi))
+    return samples

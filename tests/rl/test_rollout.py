@@ -1,0 +1,123 @@
+"""Rollouts on the smoke suite: token records, grading, rewards, G forks per task, retries on a
+crashed sandbox, malformed-call floods, and samples with the advantage on every segment."""
+
+from pathlib import Path
+
+import pytest
+
+from opencomposer.engine.fake import assistant_reply
+from opencomposer.harness.agent import AgentConfig
+from opencomposer.model.tokenizer import bundled_tokenizer
+from opencomposer.rl.advantages import AdvantageConfig
+from opencomposer.rl.rewards import RewardConfig
+from opencomposer.rl.rollout import RolloutConfig, run_group, to_samples
+from opencomposer.tasks.build import task_image
+from opencomposer.tasks.policies import OraclePolicy, ScriptedTokenPolicy
+from opencomposer.tasks.task import Suite
+
+SMOKE = Path(__file__).resolve().parents[2] / "tasks" / "suites" / "smoke"
+TOK = bundled_tokenizer()
+CFG = RolloutConfig(group_size=2, agent=AgentConfig(max_turns=4, max_new_tokens=4096, summarize_at=None))
+GARBAGE = '<|tool_call|>{"name": "read_file", "arguments": {oops<|/tool_call|>'
+
+
+@pytest.fixture(scope="module")
+def task():
+    return next(t for t in Suite.load(SMOKE).tasks if t.id.startswith("dates"))
+
+
+def oracle(task):
+    """A token-level policy that writes the gold patch with one turn of edit calls."""
+    edits = [c["function"] for c in OraclePolicy(task).edits()]
+    return ScriptedTokenPolicy(TOK, [assistant_reply(TOK, "Fixing it.", tool_calls=edits)])
+
+
+def noop(task):
+    return ScriptedTokenPolicy(TOK, ["Nothing to change."])
+
+
+def samples_of(groups):
+    return to_samples(groups, AdvantageConfig(), lambda **kw: kw)
+
+
+async def test_oracle_rollouts_resolve_with_exact_token_records(task):
+    g = await run_group(task, oracle, CFG, RewardConfig(), start_version=3)
+    assert len(g.rollouts) == 2 and g.failed == 0 and not g.errors
+    for r in g.rollouts:
+        t = r.trajectory
+        assert t.grade["resolved"] and t.patch == task.gold_patch and t.stop_reason == "final"
+        assert 0.9 < r.reward.total < 1.0  # correctness 1 minus a small length penalty
+        assert r.reward.correctness == 1.0 and r.reward.length_penalty < 0
+        seg = t.segments[0]
+        assert len(seg.token_ids) == len(seg.loss_mask) == len(seg.logprobs) == len(seg.policy_versions)
+        assert seg.routed_experts.shape[0] == len(seg.token_ids)
+        sampled = [i for i, m in enumerate(seg.loss_mask) if m]
+        assert sampled and all(seg.policy_versions[i] == 0 for i in sampled)
+    assert g.oldest_version() == 0 and g.start_version == 3
+
+
+async def test_a_group_of_oracle_and_noop_gives_opposite_advantages_on_every_segment(task):
+    policies = iter([oracle, noop])
+    g = await run_group(task, lambda t: next(policies)(t), CFG, RewardConfig())
+    resolved = {r.trajectory.grade["resolved"] for r in g.rollouts}
+    assert resolved == {True, False}
+    noop_traj = next(r.trajectory for r in g.rollouts if not r.trajectory.grade["resolved"])
+    assert noop_traj.grade["reason"] == "empty patch (not run)" and noop_traj.patch == ""
+    samples = samples_of([g])
+    assert len(samples) == 2
+    a = {s["trajectory"].grade["resolved"]: s["advantage"] for s in samples}
+    assert a[True] == pytest.approx(-a[False]) and a[True] > 0.4  # Dr. GRPO: r − mean of the group
+
+
+async def test_a_flood_of_malformed_calls_is_penalised_not_fatal(task):
+    flood = lambda t: ScriptedTokenPolicy(TOK, [GARBAGE * 3] * 3 + ["I give up."])
+    g = await run_group(task, flood, CFG.model_copy(update={"group_size": 1, "min_group_size": 1}), RewardConfig())
+    (r,) = g.rollouts
+    c = r.trajectory.counts
+    assert c.malformed_calls == 9 and c.tool_errors == 9 and r.trajectory.stop_reason == "final"
+    assert r.reward.malformed_tool_calls == pytest.approx(-0.45) and r.reward.total < -0.4
+    tool_msgs = [m for m in r.trajectory.messages if m["role"] == "tool"]
+    assert len(tool_msgs) == 9 and all("malformed tool call" in m["content"] for m in tool_msgs)
+
+
+class VanishingImage:
+    """The task image, except that the first `n` workspaces vanish (closed) as soon as they are made."""
+
+    def __init__(self, image, n):
+        self.image, self.n, self.layers = image, n, image.layers
+
+    def workspace(self):
+        ws = self.image.workspace()
+        if self.n > 0:
+            self.n -= 1
+            ws.close()
+        return ws
+
+
+async def test_a_crashed_sandbox_is_retried_on_a_fresh_fork(task):
+    image = VanishingImage(task_image(task), 1)
+    g = await run_group(task, oracle, CFG, RewardConfig(), image=image)
+    assert len(g.rollouts) == 2 and g.failed == 0
+    assert len(g.errors) == 1 and "SandboxError" in g.errors[0]
+    assert sorted(r.attempts for r in g.rollouts) == [1, 2]
+    assert all(r.trajectory.grade["resolved"] for r in g.rollouts)
+
+
+async def test_a_sandbox_that_always_crashes_fails_the_group_cleanly(task):
+    image = VanishingImage(task_image(task), 100)
+    g = await run_group(task, oracle, CFG, RewardConfig(), image=image)
+    assert g.rollouts == [] and g.failed == 2 and len(g.errors) == 2 * CFG.max_attempts
+    assert not g.ok(CFG.min_group_size) and samples_of([g]) == []
+
+
+async def test_every_segment_of_a_summarized_rollout_gets_the_trajectory_advantage(task):
+    cfg = CFG.model_copy(update={"agent": AgentConfig(max_turns=6, summarize_at=50, max_new_tokens=4096)})
+    policies = iter([
+        lambda t: ScriptedTokenPolicy(TOK, ['<|tool_call|>{"name": "list_dir", "arguments": {}}<|/tool_call|>',
+                                            "Summary: looked around.", "Done."]),
+        noop])
+    g = await run_group(task, lambda t: next(policies)(t), cfg, RewardConfig())
+    long = next(r for r in g.rollouts if len(r.trajectory.segments) > 1)
+    samples = [s for s in samples_of([g]) if s["trajectory"] is long.trajectory]
+    assert len(samples) == len(long.trajectory.segments) == 2
+    assert samples[0]["advantage"] == samples[1]["advantage"] != 0.0
