@@ -39,6 +39,7 @@ import asyncio
 import logging
 import random
 import threading
+import time
 import uuid
 from collections import deque
 from concurrent.futures import Future
@@ -59,6 +60,22 @@ log = logging.getLogger(__name__)
 
 PREFILL_TOKENS = 4096
 """Most prompt tokens in one prefill forward (prompts of a group beyond it go in the next)."""
+
+
+@dataclass
+class EngineStats:
+    """Counters since the engine was built (for /metrics and benchmarks)."""
+
+    prefill_tokens: int = 0
+    prefill_s: float = 0.0
+    decode_steps: int = 0
+    decode_s: float = 0.0
+    """Decode steps and their time (speculative: drafting included)."""
+    generated_tokens: int = 0
+    spec_proposed: int = 0
+    spec_accepted: int = 0
+    recent_steps: deque = field(default_factory=lambda: deque(maxlen=4096))
+    """(rows, seconds) of the latest decode steps."""
 
 
 @dataclass(eq=False)
@@ -136,6 +153,7 @@ class Engine:
         self._thread: threading.Thread | None = None
         self._stopping = False
         self._seed_rng = random.Random()
+        self.stats = EngineStats()
 
     # ---- public API ---------------------------------------------------------------------
 
@@ -276,6 +294,7 @@ class Engine:
             s.tokens.append(t)
             s.logprobs.append(logprobs[j])
             s.versions.append(self.policy_version)
+            self.stats.generated_tokens += 1
             if experts is not None:
                 s.experts.append(experts[j])
             if t in stop:
@@ -340,10 +359,19 @@ class Engine:
         for s in new:
             s.slot = self._free.pop(0)
         old = [s for s in live if s not in new]
+        st = self.stats
         for group in _prefill_groups(new):
+            t0 = time.perf_counter()
             self._prefill(group)
+            st.prefill_s += time.perf_counter() - t0
+            st.prefill_tokens += len({tuple(s.tokens[:s.prompt_len]) for s in group}) * group[0].prompt_len
         if old:
+            t0 = time.perf_counter()
             (self._spec_step if self.k else self._decode_step)(old)
+            dt = time.perf_counter() - t0
+            st.decode_steps += 1
+            st.decode_s += dt
+            st.recent_steps.append((len(old), dt))
         running = sorted((s for s in live if s.finish is None and not s.aborted), key=lambda s: s.slot)
         self._running = running  # before delivering, so a caller woken by its result sees the counts
         for s in live:
@@ -445,6 +473,8 @@ class Engine:
             m = n[b] + 1
             s.spec_accepted += n[b]
             s.spec_proposed += k
+            self.stats.spec_accepted += n[b]
+            self.stats.spec_proposed += k
             self._extend(s, toks[b][:m], lps[b][:m],
                          experts[b, :m] if experts is not None else None)
         self._draft([s for s in seqs if s.finish is None])
