@@ -15,7 +15,7 @@ Policy specs (`parse_policy`):
     sglang:BASE_URL         token level over SGLang's /generate (opencomposer's server, SGLang),
                             encoding with --tokenizer (default: the bundled one)
     vllm:MODEL@BASE_URL     token level over vLLM's /v1/completions
-    engine:CKPT_DIR         the embedded engine, in process
+    engine:CKPT_DIR         the embedded engine over an HF-format checkpoint, in process
 
 Output directory:
 
@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import asyncio
 import fnmatch
-import importlib.util
 import json
 import time
 from dataclasses import asdict, dataclass, field
@@ -167,20 +166,25 @@ def _tokenizer(options: EvalOptions):
 
 
 def _engine_policy(path: str, options: EvalOptions) -> PolicyFactory:
-    """engine:DIR: the embedded engine via `opencomposer.engine.engine.load_engine(DIR)`."""
-    if importlib.util.find_spec("opencomposer.engine.engine") is None:
-        raise ConfigError(f"engine:{path} needs the embedded engine (opencomposer/engine/engine.py), which this "
-                          "version does not have yet: serve the checkpoint with an SGLang-compatible server "
-                          "and evaluate it with sglang:BASE_URL")
-    from opencomposer.engine import engine as engine_mod
+    """engine:DIR: the embedded engine over an HF-format checkpoint, in this process, with
+    one KV-cache slot per concurrent episode. Its context is the agent's context_window, else
+    the model's max_position_embeddings capped at 32k tokens; the tokenizer is --tokenizer,
+    else the checkpoint's tokenizer.json, else the bundled one (as `opencomposer serve`)."""
     from opencomposer.engine.client import InProcessClient
+    from opencomposer.engine.engine import Engine
+    from opencomposer.model import load_pretrained
+    from opencomposer.model.tokenizer import TOKENIZER_FILE, Tokenizer
 
-    load = getattr(engine_mod, "load_engine", None)
-    if load is None:
-        raise ConfigError("opencomposer.engine.engine has no load_engine(path); engine:DIR cannot start it")
-    engine = load(path)
-    tok = _tokenizer(options) if options.tokenizer else getattr(engine, "tokenizer", None) or _tokenizer(options)
-    policy = TokenClientPolicy(InProcessClient(engine, tok), tok, name=f"engine:{Path(path).name}", routed_experts=False)
+    ckpt = Path(path)
+    net = load_pretrained(ckpt)
+    tok = (Tokenizer.load(ckpt) if not options.tokenizer and (ckpt / TOKENIZER_FILE).is_file()
+           else _tokenizer(options))
+    if tok.vocab_size > net.config.vocab_size:
+        raise ConfigError(f"the tokenizer has {tok.vocab_size} tokens but {ckpt}'s vocab_size is "
+                          f"{net.config.vocab_size}: give the model's own tokenizer with --tokenizer")
+    max_len = options.agent.context_window or min(net.config.max_position_embeddings, 32_768)
+    engine = Engine(net, max_slots=options.concurrency, max_len=max_len)
+    policy = TokenClientPolicy(InProcessClient(engine, tok), tok, name=f"engine:{ckpt.name}", routed_experts=False)
     return lambda task: policy
 
 

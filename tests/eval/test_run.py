@@ -88,7 +88,7 @@ def test_bad_specs_and_a_different_run_in_the_same_dir_are_refused(tmp_path):
     r = eval_cli("--policy", "gpt4", "--out", tmp_path / "x")
     assert r.exit_code == 2 and "unknown policy spec" in r.output
     r = eval_cli("--policy", "engine:/nonexistent/ckpt", "--out", tmp_path / "y")
-    assert r.exit_code == 2 and "engine" in r.output
+    assert r.exit_code == 2 and "/nonexistent/ckpt" in r.output
     assert eval_cli("--policy", "noop", "--out", tmp_path / "z", "--tasks", "dates*").exit_code == 0
     r = eval_cli("--policy", "oracle", "--out", tmp_path / "z", "--tasks", "dates*")
     assert r.exit_code == 2 and "already holds a run" in r.output
@@ -112,3 +112,26 @@ def test_endpoint_specs_build_clients_with_model_url_and_prices(monkeypatch):
     assert tokens.tokenizer.special_id("<|im_end|>") == 3
     assert isinstance(run_mod.parse_policy("oracle:tests", opts)(task), OraclePolicy)
     assert isinstance(run_mod.parse_policy("noop", opts)(task), NoOpPolicy)
+
+
+def test_eval_with_the_embedded_engine_on_a_tiny_random_checkpoint(tmp_path):
+    import torch
+
+    from opencomposer.model import ModelConfig, Transformer, save_pretrained
+
+    torch.manual_seed(0)
+    cfg = ModelConfig(vocab_size=4096, hidden_size=32, intermediate_size=40, moe_intermediate_size=16,
+                      num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=8, num_experts=4,
+                      num_experts_per_tok=2, max_position_embeddings=8192)
+    save_pretrained(Transformer(cfg).eval(), tmp_path / "ckpt")
+    (tmp_path / "agent.yaml").write_text("max_turns: 2\nmax_new_tokens: 8\ntemperature: 0\n")  # greedy: deterministic
+    r = eval_cli("--policy", f"engine:{tmp_path / 'ckpt'}", "--out", tmp_path / "run", "--tasks", "dates*",
+                 "--agent-config", tmp_path / "agent.yaml")
+    assert r.exit_code == 0, r.output
+    res = json.loads((tmp_path / "run" / "results.json").read_text())
+    row = res["rows"][0]
+    assert row["status"] == "done" and not row["resolved"] and row["turns"] == 2 and row["stop_reason"] == "max_turns"
+    t = read_jsonl(tmp_path / "run" / "trajectories.jsonl")[0]
+    seg = t.segments[0]
+    assert t.token_level and sum(seg.loss_mask) == 16  # two turns of 8 sampled tokens, kept verbatim
+    assert all(lp < 0 for lp, m in zip(seg.logprobs, seg.loss_mask) if m)
