@@ -7,9 +7,9 @@
               policy version of every sampled token, per self-summarization segment
            └─ the workspace's diff -> grader on a fresh fork + hidden tests (tasks/grade.py)
            └─ RewardInputs (trajectory counts + grade) -> compute_reward (rl/rewards.py)
-      └─ Group: the successful rollouts, their rewards, the policy versions they span
-    groups -> Dr. GRPO advantages per group -> one trainer `Sample` per segment (`to_samples`),
-    every segment of a trajectory carrying the trajectory's advantage [R §4].
+      └─ RolloutGroup: the successful rollouts, their rewards, the policy versions they span
+    -> the trainer's `Group` (rl/buffer.py, `to_group`): one `Sample` per self-summarization
+    segment, every segment carrying its trajectory's final reward [R §4].
 
 This is the same agent loop and the same grader `opencomposer eval` uses (eval/run.py), so a
 policy trains in the harness it is evaluated (and shipped) in.
@@ -46,7 +46,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from opencomposer.harness.agent import Agent, AgentConfig
 from opencomposer.harness.trajectory import Trajectory
-from opencomposer.rl.advantages import AdvantageConfig, compute_advantages
+from opencomposer.rl.buffer import Group, Sample
 from opencomposer.rl.rewards import RewardBreakdown, RewardConfig, RewardInputs, compute_reward
 from opencomposer.tasks.task import Task
 
@@ -84,7 +84,7 @@ class Rollout:
 
 
 @dataclass
-class Group:
+class RolloutGroup:
     """The G rollouts of one task. `rollouts` holds the successful ones only."""
 
     task_id: str
@@ -182,14 +182,14 @@ async def run_rollout(task: Task, image, make_policy: PolicyFactory, cfg: Rollou
 
 async def run_group(task: Task, make_policy: PolicyFactory, cfg: RolloutConfig, reward_cfg: RewardConfig, *,
                     backend=None, image=None, group_id: str | None = None, start_version: int = 0,
-                    save_dir: Path | None = None) -> Group:
+                    save_dir: Path | None = None) -> RolloutGroup:
     """G concurrent rollouts of `task` from forks of the task image (built/cached on first use)."""
     from opencomposer.tasks.build import task_image
 
     t0 = time.monotonic()
     if image is None:
         image = await asyncio.to_thread(task_image, task, backend)
-    group = Group(task.id, start_version=start_version)
+    group = RolloutGroup(task.id, start_version=start_version)
     gid = group_id or task.id
     done = await asyncio.gather(*(
         run_rollout(task, image, make_policy, cfg, reward_cfg, rollout_id=f"{gid}_r{i}", backend=backend,
@@ -203,38 +203,23 @@ async def run_group(task: Task, make_policy: PolicyFactory, cfg: RolloutConfig, 
 
 # ----------------------------------------------------------------------------- to the trainer
 
-def group_advantages(groups: list[Group], cfg: AdvantageConfig) -> list[list[float]]:
-    """Per-group advantages of each successful rollout (Dr. GRPO by default; ragged groups allowed)."""
-    import torch
-
-    rewards_N = torch.tensor([r for g in groups for r in g.rewards], dtype=torch.float64)
-    gid_N = torch.tensor([i for i, g in enumerate(groups) for _ in g.rollouts])
-    if rewards_N.numel() == 0:
-        return [[] for _ in groups]
-    adv_N = compute_advantages(rewards_N, cfg, group_ids=gid_N).tolist()
-    out, k = [], 0
-    for g in groups:
-        out.append(adv_N[k:k + len(g.rollouts)])
-        k += len(g.rollouts)
-    return out
-
-
-def to_samples(groups: list[Group], cfg: AdvantageConfig, make_sample: Callable[..., object]) -> list:
-    """One sample per segment of every successful rollout, each with its trajectory's advantage
-    (rewards and advantages are per trajectory, then broadcast to segments [R §4], so a rollout
-    split by self-summarization does not weigh more in its group's mean).
-
-    `make_sample(segment=, advantage=, reward=, trajectory=, group_index=)` builds the trainer's
-    sample type from one segment."""
+def to_group(group: RolloutGroup, group_id: str) -> Group:
+    """The trainer's view of a group (rl/buffer.py): one `Sample` per segment of every successful
+    rollout that sampled anything, each carrying its trajectory's final reward [R §4] and, in
+    `info`, the trajectory id (so advantages can be taken per trajectory, then broadcast)."""
     samples = []
-    for gi, (g, advs) in enumerate(zip(groups, group_advantages(groups, cfg))):
-        for r, adv in zip(g.rollouts, advs):
-            for seg in r.trajectory.segments:
-                if seg.token_ids is None:
-                    raise ValueError(f"trajectory {r.trajectory.id} is chat-level: RL needs a token-level policy "
-                                     "(TokenClientPolicy over the engine) so the exact sampled ids are kept")
-                if not any(seg.loss_mask):
-                    continue  # nothing sampled in it: no gradient
-                samples.append(make_sample(segment=seg, advantage=float(adv), reward=r.reward.total,
-                                           trajectory=r.trajectory, group_index=gi))
-    return samples
+    for r in group.rollouts:
+        t = r.trajectory
+        for k, seg in enumerate(t.segments):
+            if seg.token_ids is None:
+                raise ValueError(f"trajectory {t.id} is chat-level: RL needs a token-level policy "
+                                 "(TokenClientPolicy over the engine) so the exact sampled ids are kept")
+            if not any(seg.loss_mask):
+                continue  # nothing sampled in this segment: no gradient
+            samples.append(Sample(
+                token_ids=seg.token_ids, loss_mask=seg.loss_mask, behav_logprobs=seg.logprobs,
+                reward=r.reward.total, group_id=group_id, task_id=group.task_id,
+                routed_experts=seg.routed_experts, policy_versions=seg.policy_versions,
+                info={"trajectory_id": t.id, "segment": k, "stop_reason": t.stop_reason,
+                      "resolved": bool(t.grade and t.grade["resolved"]), **r.reward.as_dict()}))
+    return Group(group_id, group.task_id, samples)

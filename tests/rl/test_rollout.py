@@ -8,9 +8,11 @@ import pytest
 from opencomposer.engine.fake import assistant_reply
 from opencomposer.harness.agent import AgentConfig
 from opencomposer.model.tokenizer import bundled_tokenizer
-from opencomposer.rl.advantages import AdvantageConfig
+import torch
+
+from opencomposer.rl.advantages import compute_advantages
 from opencomposer.rl.rewards import RewardConfig
-from opencomposer.rl.rollout import RolloutConfig, run_group, to_samples
+from opencomposer.rl.rollout import RolloutConfig, run_group, to_group
 from opencomposer.tasks.build import task_image
 from opencomposer.tasks.policies import OraclePolicy, ScriptedTokenPolicy
 from opencomposer.tasks.task import Suite
@@ -36,10 +38,6 @@ def noop(task):
     return ScriptedTokenPolicy(TOK, ["Nothing to change."])
 
 
-def samples_of(groups):
-    return to_samples(groups, AdvantageConfig(), lambda **kw: kw)
-
-
 async def test_oracle_rollouts_resolve_with_exact_token_records(task):
     g = await run_group(task, oracle, CFG, RewardConfig(), start_version=3)
     assert len(g.rollouts) == 2 and g.failed == 0 and not g.errors
@@ -63,10 +61,15 @@ async def test_a_group_of_oracle_and_noop_gives_opposite_advantages_on_every_seg
     assert resolved == {True, False}
     noop_traj = next(r.trajectory for r in g.rollouts if not r.trajectory.grade["resolved"])
     assert noop_traj.grade["reason"] == "empty patch (not run)" and noop_traj.patch == ""
-    samples = samples_of([g])
-    assert len(samples) == 2
-    a = {s["trajectory"].grade["resolved"]: s["advantage"] for s in samples}
+    group = to_group(g, "g0")
+    assert len(group.samples) == 2 and {s.task_id for s in group.samples} == {task.id}
+    adv = compute_advantages(torch.tensor([[s.reward for s in group.samples]]))[0]
+    a = {s.info["resolved"]: float(x) for s, x in zip(group.samples, adv)}
     assert a[True] == pytest.approx(-a[False]) and a[True] > 0.4  # Dr. GRPO: r − mean of the group
+    for s, r in zip(group.samples, g.rollouts):  # the exact record, as arrays
+        seg = r.trajectory.segments[0]
+        assert s.token_ids.tolist() == seg.token_ids and s.loss_mask.tolist() == [bool(m) for m in seg.loss_mask]
+        assert s.routed_experts.shape == seg.routed_experts.shape and s.oldest_version() == 0
 
 
 async def test_a_flood_of_malformed_calls_is_penalised_not_fatal(task):
@@ -107,10 +110,10 @@ async def test_a_sandbox_that_always_crashes_fails_the_group_cleanly(task):
     image = VanishingImage(task_image(task), 100)
     g = await run_group(task, oracle, CFG, RewardConfig(), image=image)
     assert g.rollouts == [] and g.failed == 2 and len(g.errors) == 2 * CFG.max_attempts
-    assert not g.ok(CFG.min_group_size) and samples_of([g]) == []
+    assert not g.ok(CFG.min_group_size) and to_group(g, "g").samples == []
 
 
-async def test_every_segment_of_a_summarized_rollout_gets_the_trajectory_advantage(task):
+async def test_every_segment_of_a_summarized_rollout_is_a_sample_with_the_final_reward(task):
     cfg = CFG.model_copy(update={"agent": AgentConfig(max_turns=6, summarize_at=50, max_new_tokens=4096)})
     policies = iter([
         lambda t: ScriptedTokenPolicy(TOK, ['<|tool_call|>{"name": "list_dir", "arguments": {}}<|/tool_call|>',
@@ -118,6 +121,6 @@ async def test_every_segment_of_a_summarized_rollout_gets_the_trajectory_advanta
         noop])
     g = await run_group(task, lambda t: next(policies)(t), cfg, RewardConfig())
     long = next(r for r in g.rollouts if len(r.trajectory.segments) > 1)
-    samples = [s for s in samples_of([g]) if s["trajectory"] is long.trajectory]
-    assert len(samples) == len(long.trajectory.segments) == 2
-    assert samples[0]["advantage"] == samples[1]["advantage"] != 0.0
+    samples = [s for s in to_group(g, "g").samples if s.info["trajectory_id"] == long.trajectory.id]
+    assert len(samples) == len(long.trajectory.segments) == 2 and [s.info["segment"] for s in samples] == [0, 1]
+    assert samples[0].reward == samples[1].reward == long.trajectory.reward == long.reward.total
