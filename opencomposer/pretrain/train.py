@@ -1,0 +1,403 @@
+"""Continued pretraining with MTP and context extension: `train(config)`.
+
+The objective per step (mean over the packed tokens of the global batch):
+
+    L = CE(main head)  +  (lambda / D) * sum_{k=1..D} L_k                (DeepSeek-V3 2412.19437 §2.2)
+
+with L_k the cross-entropy of MTP depth k on token t_{i+k+1} ("ce"), or the KL from the main
+head's detached distribution at the same target to depth k's ("distill", Composer 2 §3: MTP
+layers initialised from scratch and trained by self-distillation from a mid-pretraining
+checkpoint on, `mtp.start_step`). The loss code is mtp.py's `mtp_loss`; with
+`detach_trunk` the MTP modules read the trunk's hidden states through `.detach()`.
+
+Optimisation: AdamW (decay on matrices only), per-phase linear warmup then cosine decay to
+`min_lr_ratio * lr`, global-norm gradient clipping, gradient accumulation over micro-batches.
+Phases run in order with one optimiser; a phase with `yarn_factor = s` switches RoPE to YaRN
+(Peng et al. 2309.00071) over the original length L0, max_position_embeddings = s * L0 (the
+report's 32k -> 256k extension, at any scale). The RoPE of every step is a function of the
+step alone, so a resumed run rebuilds it.
+
+Checkpoints (checkpoint.py) hold the model in HF format, the optimizer, the data cursor, the
+RNG states and the step; `resume=True` continues from the newest one and truncates
+metrics.jsonl to its step, so the resumed curve is the uninterrupted one (bitwise on CPU
+with `deterministic: true`; tests/pretrain/test_resume.py).
+
+Distributed: under torchrun each rank takes its slice of every global batch (data.py's
+`Batches`), the loss module is wrapped in DistributedDataParallel or sharded with FSDP2
+(`fully_shard` per decoder block, per MTP module and at the root), and metrics are averaged
+over ranks. The same global batch gives the same loss at any world size, up to float
+summation order. Left out: tensor/expert/pipeline parallelism, activation checkpointing,
+torch.compile, and fused CE kernels.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import math
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from rich.console import Console
+from torch import nn
+
+from opencomposer.errors import ConfigError
+from opencomposer.model import ModelConfig, Transformer, load_pretrained
+from opencomposer.model.model import rope_frequencies
+from opencomposer.model.mtp import mtp_loss
+from opencomposer.pretrain import checkpoint as ckpt
+from opencomposer.pretrain.config import MTPConfig, PhaseConfig, PretrainConfig, dump_config
+from opencomposer.pretrain.data import Batches, PackedSequences, TokenCorpus, eval_sequences, load_tokenizer
+
+STATS = ("loss_main", "loss_mtp", "mtp_agree")  # what PretrainLoss reports besides the loss
+
+
+class PretrainLoss(nn.Module):
+    """The training objective around a Transformer; the module DDP/FSDP wrap, so that the MTP
+    modules run inside the wrapped forward.
+
+    forward(ids [B, L+1], use_mtp) -> (loss, stats [3]): inputs ids[:, :L], targets ids[:, 1:].
+    stats = main CE, the mean over depths of L_k (unweighted), and the fraction of positions
+    where depth 1's argmax equals the main head's argmax for the same token (the acceptance
+    rate of greedy one-token speculative decoding).
+    """
+
+    def __init__(self, model: Transformer, mtp: MTPConfig):
+        super().__init__()
+        self.model, self.mode, self.weight, self.detach = model, mtp.mode, mtp.weight, mtp.detach
+
+    def forward(self, ids_BL1: torch.Tensor, use_mtp: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        x_BL, y_BL = ids_BL1[:, :-1], ids_BL1[:, 1:]
+        out = self.model(x_BL)
+        main = F.cross_entropy(out.logits.flatten(0, 1).float(), y_BL.flatten())
+        mtp_weighted = mtp_mean = agree = main.new_zeros(())
+        if use_mtp and len(self.model.mtp) and x_BL.shape[1] > 2:
+            hidden = out.hidden.detach() if self.detach else out.hidden
+            logits = self.model.mtp_logits(x_BL, hidden)
+            mtp_weighted, per_depth = mtp_loss(logits, x_BL, mode=self.mode, main_logits=out.logits,
+                                               weight=self.weight)
+            mtp_mean = torch.stack(per_depth).mean()
+            L = x_BL.shape[1]  # depth 1 at position i and the main head at i + 1 both predict t_{i+2}
+            agree = (logits[0].argmax(-1) == out.logits[:, 1:L - 1].argmax(-1)).float().mean()
+        stats = torch.stack([main.detach(), mtp_mean.detach(), agree.detach()])
+        return main + mtp_weighted, stats
+
+
+# ---- distributed setup ----------------------------------------------------------------------
+
+@dataclass
+class DistInfo:
+    rank: int
+    world: int
+    device: torch.device
+    owns_group: bool  # we initialised the process group, so we destroy it
+
+    @property
+    def main(self) -> bool:
+        return self.rank == 0
+
+    def barrier(self) -> None:
+        if self.world > 1:
+            dist.barrier()
+
+
+def init_distributed() -> DistInfo:
+    """Join the torchrun process group when WORLD_SIZE > 1 (nccl on GPUs, gloo on CPU)."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    cuda = torch.cuda.is_available()
+    device = torch.device("cuda", local) if cuda else torch.device("cpu")
+    if cuda:
+        torch.cuda.set_device(device)
+    owns = False
+    if world > 1 and not dist.is_initialized():
+        dist.init_process_group("nccl" if cuda else "gloo")
+        owns = True
+    rank = dist.get_rank() if world > 1 else 0
+    return DistInfo(rank, world, device, owns)
+
+
+def wrap(loss_module: PretrainLoss, cfg: PretrainConfig, d: DistInfo) -> nn.Module:
+    """The module the loop calls: the loss itself, DDP around it, or it sharded by FSDP2."""
+    if d.world == 1:
+        return loss_module
+    model = loss_module.model
+    if cfg.parallel == "ddp":
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        # MTP parameters get no gradient before mtp.start_step: DDP must be told to look for them.
+        unused = len(model.mtp) > 0 and cfg.mtp.start_step > 0
+        return DDP(loss_module, device_ids=[d.device.index] if d.device.type == "cuda" else None,
+                   find_unused_parameters=unused)
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    mesh = init_device_mesh(d.device.type, (d.world,))
+    for block in [*model.layers, *model.mtp]:
+        fully_shard(block, mesh=mesh)
+    fully_shard(loss_module, mesh=mesh)  # the root: embeddings, final norm, lm_head
+    return loss_module
+
+
+def _sync(runner: nn.Module, last: bool, sharded: bool) -> contextlib.AbstractContextManager:
+    """Skip the gradient all-reduce on all but the last micro-batch of a step."""
+    if sharded:
+        runner.set_requires_gradient_sync(last)
+        return contextlib.nullcontext()
+    if hasattr(runner, "no_sync") and not last:
+        return runner.no_sync()
+    return contextlib.nullcontext()
+
+
+# ---- schedule, context, optimiser ------------------------------------------------------------
+
+def lr_at(phase: PhaseConfig, step: int) -> float:
+    """Linear warmup over warmup_steps, then cosine from lr to lr * min_lr_ratio at the last step."""
+    if step < phase.warmup_steps:
+        return phase.lr * (step + 1) / phase.warmup_steps
+    span = max(phase.steps - 1 - phase.warmup_steps, 1)
+    progress = min((step - phase.warmup_steps) / span, 1.0)
+    floor = phase.lr * phase.min_lr_ratio
+    return floor + (phase.lr - floor) * 0.5 * (1 + math.cos(math.pi * progress))
+
+
+def extended_config(base: ModelConfig, yarn_factor: float | None) -> ModelConfig:
+    """The model config of a phase: `base` itself, or YaRN with factor s over base's original length."""
+    if yarn_factor is None:
+        return base
+    original = (base.rope_scaling or {}).get("original_max_position_embeddings", base.max_position_embeddings)
+    return dataclasses.replace(
+        base, max_position_embeddings=int(round(original * yarn_factor)),
+        rope_scaling={"rope_type": "yarn", "factor": float(yarn_factor), "original_max_position_embeddings": original})
+
+
+def set_context(model: Transformer, config: ModelConfig) -> None:
+    """Switch the model's RoPE (frequencies and YaRN attention scale) to `config`'s; no weights change."""
+    model.config = config
+    model.inv_freq, model.rope_scale = rope_frequencies(config)
+
+
+def make_optimizer(module: nn.Module, cfg: PretrainConfig) -> torch.optim.AdamW:
+    decay = [p for p in module.parameters() if p.ndim >= 2]
+    other = [p for p in module.parameters() if p.ndim < 2]
+    o = cfg.optim
+    return torch.optim.AdamW([{"params": decay, "weight_decay": o.weight_decay},
+                              {"params": other, "weight_decay": 0.0}],
+                             lr=cfg.phases[0].lr, betas=o.betas, eps=o.eps)
+
+
+# ---- evaluation ----------------------------------------------------------------------------
+
+@torch.no_grad()
+def evaluate(runner: nn.Module, tokens: np.ndarray, seq_len: int, n: int, micro: int, use_mtp: bool,
+             d: DistInfo | None = None, autocast: contextlib.AbstractContextManager | None = None) -> dict[str, float]:
+    """Mean main loss, MTP loss and MTP agreement on the first n held-out sequences of seq_len
+    (split over ranks; every rank runs the same number of forwards, as FSDP requires)."""
+    rank, world = (d.rank, d.world) if d else (0, 1)
+    per_rank = max(n // world, 1)
+    seqs = eval_sequences(tokens, seq_len, per_rank * world)[rank * per_rank:(rank + 1) * per_rank]
+    device = next(runner.parameters()).device
+    total = torch.zeros(len(STATS), device=device)
+    for i in range(0, per_rank, micro):
+        with autocast or contextlib.nullcontext():
+            _, stats = runner(torch.from_numpy(seqs[i:i + micro]).to(device), use_mtp)
+        total += stats.float() * len(seqs[i:i + micro])
+    if world > 1:
+        dist.all_reduce(total)
+    total /= per_rank * world
+    return {f"eval_{k}": float(v) for k, v in zip(STATS, total.tolist())}
+
+
+# ---- metrics -------------------------------------------------------------------------------
+
+class Metrics:
+    """metrics.jsonl (one object per step and per evaluation) and TensorBoard; rank 0 writes."""
+
+    def __init__(self, run_dir: Path, resume_step: int, tensorboard: bool, active: bool):
+        self.active, self.tb, self.file = active, None, None
+        if not active:
+            return
+        path = run_dir / "metrics.jsonl"
+        kept = []
+        if resume_step and path.is_file():  # drop what a killed run logged after its last checkpoint
+            kept = [line for line in path.read_text().splitlines()
+                    if line.strip() and json.loads(line)["step"] <= resume_step]
+        path.write_text("".join(line + "\n" for line in kept))
+        self.file = path.open("a")
+        if tensorboard:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self.tb = SummaryWriter(str(run_dir / "tb"), purge_step=resume_step or None)
+
+    def log(self, record: dict[str, Any]) -> None:
+        if not self.active:
+            return
+        self.file.write(json.dumps(record) + "\n")
+        self.file.flush()
+        if self.tb is not None:
+            for k, v in record.items():
+                if isinstance(v, (int, float)) and k != "step":
+                    self.tb.add_scalar(k, v, record["step"])
+
+    def close(self) -> None:
+        if self.file:
+            self.file.close()
+        if self.tb is not None:
+            self.tb.close()
+
+
+# ---- the loop ------------------------------------------------------------------------------
+
+def _fresh_model(cfg: PretrainConfig) -> Transformer:
+    if cfg.init_from:
+        return load_pretrained(cfg.init_from, dtype=torch.float32)
+    torch.manual_seed(cfg.seed)
+    return Transformer(ModelConfig.from_dict(cfg.model_dict()))
+
+
+def train(cfg: PretrainConfig, *, resume: bool = False,
+          on_step: Callable[[int, dict[str, Any]], None] | None = None,
+          console: Console | None = None) -> dict[str, Any]:
+    """Run (or, with resume, continue) the pretraining run `cfg` describes; returns a summary.
+
+    on_step(step, record) is called on every rank after each optimizer step has been logged,
+    evaluated and checkpointed (step counts from 1).
+    """
+    d = init_distributed()
+    console = console or Console()
+    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", str(d.world)))
+    torch.set_num_threads(cfg.threads or max(1, torch.get_num_threads() // local_world))
+    if cfg.deterministic:
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        torch.use_deterministic_algorithms(True, warn_only=True)
+    run_dir = Path(cfg.run_dir)
+    found = ckpt.latest_checkpoint(run_dir)
+    if found is not None and not resume:
+        raise ConfigError(f"{run_dir} already holds checkpoints (newest: {found.name}); pass --resume to "
+                          f"continue that run, or choose another run_dir")
+    if d.main:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / "config.yaml").write_text(dump_config(cfg))
+
+    tok = load_tokenizer(cfg.data)
+    if d.main:  # one rank tokenizes; the others then find the cache
+        corpus = TokenCorpus.build(cfg.data, tok)
+    d.barrier()
+    if not d.main:
+        corpus = TokenCorpus.build(cfg.data, tok)
+
+    state: dict[str, Any] = {}
+    if found is not None:
+        state = ckpt.load_trainer_state(found)
+        model = load_pretrained(found / "model", dtype=torch.float32)
+        base = ModelConfig.from_dict(state["base_model_config"])
+        torch.set_rng_state(state["rng"])
+        if d.device.type == "cuda" and state.get("cuda_rng") is not None:
+            torch.cuda.set_rng_state(state["cuda_rng"])
+    else:
+        model = _fresh_model(cfg)
+        base = model.config
+    if tok.vocab_size > model.config.vocab_size:
+        raise ConfigError(f"the tokenizer has {tok.vocab_size} tokens but the model's vocab_size is "
+                          f"{model.config.vocab_size}; use a matching data.tokenizer or model")
+    model.to(d.device).train()
+    loss_module = PretrainLoss(model, cfg.mtp)
+    runner = wrap(loss_module, cfg, d)
+    sharded = d.world > 1 and cfg.parallel == "fsdp"
+    optimizer = make_optimizer(loss_module, cfg)
+    if state:
+        ckpt.load_optimizer_state(runner, optimizer, state["optimizer"], sharded)
+    autocast = torch.autocast(d.device.type, dtype=torch.bfloat16, enabled=cfg.dtype == "bfloat16")
+
+    step, tokens_seen = int(state.get("step", 0)), int(state.get("tokens", 0))
+    metrics = Metrics(run_dir, step, cfg.tensorboard, d.main)
+    if d.main:
+        n_params = sum(p.numel() for p in model.parameters())
+        console.print(f"[bold]pretrain[/] {run_dir}: {n_params / 1e6:.1f}M parameters, "
+                      f"{corpus.meta['train_tokens']:,} train / {corpus.meta['val_tokens']:,} held-out tokens, "
+                      f"world size {d.world}" + (f", resuming at step {step}" if step else ""))
+    phase_idx, batches, micro, accum, last_eval = -1, None, 1, 1, {}
+    saved_step = step if found is not None else -1
+    t_last, tok_last = time.perf_counter(), tokens_seen
+    try:
+        while step < cfg.total_steps:
+            p, pstep = cfg.locate(step)
+            phase = cfg.phases[p]
+            if p != phase_idx:
+                micro, accum = phase.accumulation(d.world)
+                set_context(model, extended_config(base, phase.yarn_factor))
+                batches = Batches(PackedSequences(corpus.train, phase.seq_len), phase.batch_size, micro,
+                                  cfg.seed, rank=d.rank, world_size=d.world, stream=p)
+                if state.get("phase") == p:  # resuming inside this phase: continue its data order
+                    batches.load_state_dict(state["batches"])
+                phase_idx = p
+            lr = lr_at(phase, pstep)
+            for group in optimizer.param_groups:
+                group["lr"] = lr
+            use_mtp = len(model.mtp) > 0 and step >= cfg.mtp.start_step
+            stats = torch.zeros(len(STATS), device=d.device)
+            for i, mb in enumerate(batches.next()):
+                with _sync(runner, i == accum - 1, sharded):
+                    with autocast:
+                        loss, s = runner(torch.from_numpy(mb).to(d.device), use_mtp)
+                    (loss / accum).backward()
+                stats += s.float() / accum
+            grad_norm = torch.nn.utils.clip_grad_norm_(
+                [q for q in loss_module.parameters() if q.grad is not None], cfg.optim.grad_clip or float("inf"))
+            if hasattr(grad_norm, "full_tensor"):
+                grad_norm = grad_norm.full_tensor()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            step += 1
+            tokens_seen += phase.batch_size * phase.seq_len
+            if d.world > 1:
+                dist.all_reduce(stats)
+                stats /= d.world
+            now = time.perf_counter()
+            values = dict(zip(STATS, stats.tolist()))
+            record = {"step": step, "phase": phase.name, "loss": values["loss_main"] + cfg.mtp.weight * values["loss_mtp"],
+                      **values, "lr": lr, "grad_norm": float(grad_norm), "tokens": tokens_seen,
+                      "tokens_per_s": (tokens_seen - tok_last) / max(now - t_last, 1e-9), "mtp_on": use_mtp}
+            t_last, tok_last = now, tokens_seen
+            metrics.log(record)
+            if d.main and (step % cfg.log_every == 0 or step == cfg.total_steps):
+                mtp_part = f" mtp {values['loss_mtp']:.3f} agree {values['mtp_agree']:.2f}" if use_mtp else ""
+                console.print(f"step {step}/{cfg.total_steps} [{phase.name}] loss {values['loss_main']:.4f}"
+                              f"{mtp_part} lr {lr:.2e} {record['tokens_per_s']:,.0f} tok/s")
+            if step % cfg.eval_every == 0 or pstep + 1 == phase.steps:
+                last_eval = evaluate(runner, corpus.val, phase.seq_len, cfg.eval_sequences, micro, use_mtp, d, autocast)
+                metrics.log({"step": step, "phase": phase.name, "seq_len": phase.seq_len, **last_eval})
+                if d.main:
+                    console.print(f"  eval @ {step}: loss {last_eval['eval_loss_main']:.4f}"
+                                  + (f" mtp {last_eval['eval_loss_mtp']:.3f}" if use_mtp else ""))
+            if step % cfg.checkpoint_every == 0 or step == cfg.total_steps:
+                gathered, opt_state = ckpt.full_state(runner, optimizer, sharded)
+                if d.main:
+                    trainer_state = {
+                        "step": step, "phase": p, "batches": batches.state_dict(), "tokens": tokens_seen,
+                        "optimizer": opt_state, "rng": torch.get_rng_state(),
+                        "cuda_rng": torch.cuda.get_rng_state() if d.device.type == "cuda" else None,
+                        "base_model_config": base.to_dict(), "world_size": d.world}
+                    ckpt.save_checkpoint(run_dir, step, model, gathered, trainer_state, dump_config(cfg), tok,
+                                         cfg.keep_checkpoints)
+                saved_step = step
+                d.barrier()
+            if on_step is not None:
+                on_step(step, record)
+        if d.main and saved_step == step:
+            ckpt.publish_model(ckpt.latest_checkpoint(run_dir), run_dir / "model")
+            console.print(f"[bold]done[/]: final model in {run_dir / 'model'}")
+    finally:
+        metrics.close()
+        if d.owns_group:
+            dist.destroy_process_group()
+    return {"run_dir": str(run_dir), "model_dir": str(run_dir / "model"), "steps": step,
+            "tokens": tokens_seen, **last_eval}
