@@ -13,7 +13,9 @@
   fails to come up within 60 s; reports how many were held at once.
 
 Targets (2-core machine, issue 2): exec p50 <= 15 ms, fork p50 <= 5 ms, fork >= 100x faster
-than cp -a, >= 64 live sandboxes.
+than cp -a, >= 64 live sandboxes. The machine is shared, so the load average is printed:
+on disk, fork pays ext4 metadata updates and the upper fs sync at umount, which grow with
+other processes' I/O; on tmpfs it does not.
 """
 
 from __future__ import annotations
@@ -195,6 +197,7 @@ def main() -> None:
     out["targets"] = {
         "exec_p50_le_15ms": out["bwrap"]["exec_true"]["p50_ms"] <= 15,
         "fork_p50_le_5ms": out["disk"]["fork"]["p50_ms"] <= 5,
+        "fork_p50_le_5ms_tmpfs_store": out["tmpfs"]["fork"]["p50_ms"] <= 5,
         "fork_ge_100x_cp_a": out["disk"]["fork_speedup_vs_cp_a"] >= 100,
         "live_ge_64": out["bwrap"]["live"]["held"] >= 64,
     }
