@@ -29,6 +29,7 @@ import posixpath
 import shutil
 import struct
 import subprocess
+import tempfile
 from pathlib import Path
 from typing import Sequence
 
@@ -77,9 +78,8 @@ def build_etc(store_root: Path) -> Path:
     target = store_root / f"etc-{key.hexdigest()[:12]}"
     if target.is_dir():
         return target
-    tmp = store_root / f"etc.{os.getpid()}.tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
+    store_root.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix="etc.", suffix=".tmp", dir=store_root))
     for e in entries:
         dest = tmp / e
         dest.parent.mkdir(parents=True, exist_ok=True)
@@ -138,8 +138,10 @@ def write_seccomp(store_root: Path) -> Path | None:
         return None
     path = store_root / "seccomp.bpf"
     if not path.exists() or path.read_bytes() != program:
-        tmp = store_root / f"seccomp.{os.getpid()}.tmp"
-        tmp.write_bytes(program)
+        fd, name = tempfile.mkstemp(prefix="seccomp.", suffix=".tmp", dir=store_root)
+        tmp = Path(name)
+        with os.fdopen(fd, "wb") as f:
+            f.write(program)
         tmp.rename(path)
     return path
 
