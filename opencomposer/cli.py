@@ -12,6 +12,7 @@ from opencomposer.engine.cli import serve
 from opencomposer.eval.cli import eval_command, report_command
 from opencomposer.harness.cli import app as tool_app
 from opencomposer.pretrain.cli import pretrain
+from opencomposer.rl.cli import rl
 from opencomposer.sandbox.cli import app as sandbox_app
 from opencomposer.tasks.cli import app as tasks_app
 
@@ -23,6 +24,7 @@ app.add_typer(tasks_app, name="tasks", help="Task suites: build, grade, validate
 app.command("eval")(eval_command)
 app.command("report")(report_command)
 app.command("serve")(serve)
+app.command("rl")(rl)
 app.command("pretrain")(pretrain)
 
 

@@ -1,0 +1,46 @@
+"""`opencomposer rl`: one RL run from one YAML file.
+
+    opencomposer rl --config configs/rl/single_turn_tiny.yaml [--resume] [--set train.lr=1e-4 ...]
+
+Writes <run.out_dir>/config.yaml (the resolved config), metrics.jsonl, tb/ (TensorBoard) and
+checkpoints/step_N. `--resume` continues from the latest checkpoint there; without it a run
+directory that already holds checkpoints is refused, so a finished run is never overwritten.
+A bad config stops before anything starts, with the field named; exit status 2.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+
+from opencomposer.errors import OpenComposerError
+
+
+def rl(
+    config: Path = typer.Option(..., "--config", exists=True, dir_okay=False, help="RL config YAML."),
+    resume: bool = typer.Option(False, "--resume", help="Continue from the latest checkpoint in run.out_dir."),
+    overrides: list[str] = typer.Option([], "--set", help="Override a field: --set train.lr=1e-4 (repeatable)."),
+) -> None:
+    """Train with RL (single-turn mode: prompts + Python reward functions)."""
+    from rich.console import Console
+
+    from opencomposer.config import load_rl_config
+
+    console = Console(stderr=True)
+    try:
+        cfg = load_rl_config(config, overrides)
+    except OpenComposerError as e:
+        console.print(f"[red]error:[/red] {e}", markup=True, highlight=False)
+        raise typer.Exit(2)
+    try:
+        if cfg.mode == "single_turn":
+            from opencomposer.rl.single_turn import run_single_turn
+
+            summary = run_single_turn(cfg, resume=resume)
+    except OpenComposerError as e:
+        console.print(f"[red]error:[/red] {e}", markup=True, highlight=False)
+        raise typer.Exit(2)
+    summary["trained"] = len(summary["trained"])
+    print(json.dumps(summary))

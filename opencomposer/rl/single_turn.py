@@ -1,0 +1,395 @@
+"""Single-turn RL: a dataset of prompts, Python reward functions, the same trainer as the agentic mode.
+
+The simplest RL job, shaped as TRL's GRPOTrainer and verifiers take it: prompts (a JSONL file
+or a list) and reward functions `f(prompt, completion, **kw) -> float` named "module:function"
+in the config. Each step:
+
+  1. the data cursor issues `groups_per_step` prompt ids (single epoch: each prompt once);
+  2. the embedded engine samples G completions per prompt in one continuous batch, with
+     behaviour logprobs and routed experts (prompt and completion), each request seeded from
+     (run.seed, prompt id, sample index) so a resumed run samples what the original would;
+  3. reward = Σ weight·f(prompt, completion, **fields, **kwargs, prompt_ids=..., completion_ids=...)
+     (fields: the prompt's other dataset fields, e.g. an answer); reward functions must accept
+     **kw, as TRL's do;
+  4. Trainer.step on the G-sample groups (KL-in-reward, Dr. GRPO, router replay, clipped loss);
+  5. weight sync into the engine in place (delta: changed tensors only);
+  6. metrics to <out_dir>/metrics.jsonl and TensorBoard; a checkpoint every N steps.
+
+`run_single_turn(cfg, resume=...)` is what `opencomposer rl --config FILE` calls for
+mode: single_turn. Left out: chat templates (prompts are raw text after <|bos|>), generation
+on a remote server (weight_sync.mode "disk" is for the agentic mode's servers), and reward
+functions that take batches (wrap one in a per-sample function).
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import importlib
+import json
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import torch
+
+from opencomposer.config import RLConfig, RewardFunctionConfig, config_diff, save_config
+from opencomposer.engine.types import GenerationRequest, GenerationResult, SamplingParams
+from opencomposer.errors import ConfigError
+from opencomposer.model.tokenizer import Tokenizer, bundled_tokenizer
+from opencomposer.rl.buffer import DataCursor, Group, GroupBuffer, Sample
+from opencomposer.rl.checkpoint import Checkpointer, set_rng_state
+from opencomposer.rl.trainer import Trainer, load_policy
+from opencomposer.rl.weight_sync import InPlaceSync
+
+RewardFn = Callable[..., float]
+
+# Changing these between a checkpoint and its resume does not change what is trained.
+_RESUMABLE_CHANGES = ("train.max_steps", "log.", "run.num_threads", "checkpoint.")
+
+
+# ---- data and rewards -------------------------------------------------------------------------
+
+@dataclass
+class Prompt:
+    id: str
+    text: str
+    fields: dict[str, Any] = field(default_factory=dict)
+
+
+def load_prompts(source: str | Path | Sequence[str | dict], prompt_field: str = "prompt",
+                 id_field: str = "id") -> list[Prompt]:
+    """Prompts from a JSONL file or a list of strings/objects; ids default to the row number."""
+    if isinstance(source, (str, Path)):
+        path = Path(source)
+        if not path.is_file():
+            raise ConfigError(f"data.prompts: {path} does not exist (a JSONL file, one object per line)")
+        rows = []
+        for n, line in enumerate(path.read_text().splitlines(), start=1):
+            if line.strip():
+                try:
+                    rows.append(json.loads(line))
+                except json.JSONDecodeError as e:
+                    raise ConfigError(f"data.prompts: {path}:{n} is not valid JSON: {e}") from e
+    else:
+        rows = list(source)
+    prompts = []
+    for i, row in enumerate(rows):
+        if isinstance(row, str):
+            row = {prompt_field: row}
+        if not isinstance(row, dict) or not isinstance(row.get(prompt_field), str):
+            raise ConfigError(f"data.prompts: row {i} has no string field {prompt_field!r} (data.prompt_field)")
+        fields = {k: v for k, v in row.items() if k not in (prompt_field, id_field)}
+        prompts.append(Prompt(str(row.get(id_field, i)), row[prompt_field], fields))
+    if not prompts:
+        raise ConfigError("data.prompts is empty")
+    return prompts
+
+
+def import_function(spec: str) -> RewardFn:
+    """"package.module:function" -> the function; ConfigError naming what is missing."""
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise ConfigError(f"reward function {spec!r}: expected 'module:function'")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as e:
+        raise ConfigError(f"reward function {spec!r}: cannot import {module_name}: {e}") from e
+    fn = getattr(module, attr, None)
+    if not callable(fn):
+        raise ConfigError(f"reward function {spec!r}: {module_name} has no function {attr!r}")
+    return fn
+
+
+@dataclass
+class RewardFunction:
+    name: str
+    fn: RewardFn
+    weight: float = 1.0
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+
+def load_reward_functions(specs: Sequence[RewardFunctionConfig | str | RewardFn]) -> list[RewardFunction]:
+    out = []
+    for spec in specs:
+        if callable(spec):
+            out.append(RewardFunction(getattr(spec, "__name__", "reward"), spec))
+        else:
+            spec = RewardFunctionConfig(fn=spec) if isinstance(spec, str) else spec
+            out.append(RewardFunction(spec.fn.rpartition(":")[2], import_function(spec.fn), spec.weight, spec.kwargs))
+    return out
+
+
+def score(fns: Sequence[RewardFunction], prompt: Prompt, completion: str, prompt_ids: list[int],
+          completion_ids: list[int]) -> tuple[float, dict[str, float]]:
+    """Σ weight·f(...) and each f's value (for metrics)."""
+    total, parts = 0.0, {}
+    for rf in fns:
+        kw = {**prompt.fields, **rf.kwargs, "prompt_ids": prompt_ids, "completion_ids": completion_ids}
+        try:
+            value = rf.fn(prompt.text, completion, **kw)
+        except Exception as e:
+            raise ConfigError(f"reward function {rf.name} raised {e!r} on prompt {prompt.id!r}; reward "
+                              f"functions take (prompt, completion, **kw) and return a float") from e
+        if not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise ConfigError(f"reward function {rf.name} returned {value!r} on prompt {prompt.id!r}; expected a finite float")
+        parts[rf.name] = float(value)
+        total += rf.weight * float(value)
+    return total, parts
+
+
+# Example reward functions (the tiny config and the tests use them).
+
+def digit_fraction(prompt: str, completion: str, **kw) -> float:
+    """Fraction of the completion's non-space characters that are digits."""
+    chars = [c for c in completion if not c.isspace()]
+    return sum(c.isdigit() for c in chars) / len(chars) if chars else 0.0
+
+
+def token_range_fraction(prompt: str, completion: str, *, completion_ids: Sequence[int], lo: int, hi: int,
+                         **kw) -> float:
+    """Fraction of completion tokens with lo ≤ id < hi (a toy reward any tokenizer can learn)."""
+    return sum(lo <= t < hi for t in completion_ids) / len(completion_ids) if completion_ids else 0.0
+
+
+# ---- rollouts -----------------------------------------------------------------------------------
+
+def request_seed(run_seed: int, task_id: str, index: int) -> int:
+    """Per-request sampling seed from (run seed, task, sample index): independent of batching and resumes."""
+    digest = hashlib.sha256(f"{run_seed}:{task_id}:{index}".encode()).digest()
+    return int.from_bytes(digest[:8], "little") >> 1
+
+
+def sample_from_result(result: GenerationResult, reward: float, group_id: str, task_id: str,
+                       moe_shape: tuple[int, int] | None, info: dict | None = None) -> Sample:
+    """One engine result -> a Sample (buffer.py's layout): the prompt is context, the completion is trained.
+
+    Routed experts of input positions: the prompt's rows, then output rows 1.. (row j of the
+    output is input position P−1+j, so row 0 repeats the prompt's last); the last token is never
+    an input to a forward whose output is trained, so its row is −1.
+    """
+    P, O = len(result.prompt_ids), len(result.output_ids)
+    tokens = np.asarray(result.prompt_ids + result.output_ids, dtype=np.int64)
+    mask = np.zeros(P + O, dtype=bool)
+    mask[P:] = True
+    behav = np.zeros(P + O, dtype=np.float32)
+    behav[P:] = result.logprobs
+    versions = np.full(P + O, -1, dtype=np.int64)
+    versions[P:] = result.policy_versions
+    routed = None
+    if moe_shape is not None and result.routed_experts is not None and result.prompt_routed_experts is not None:
+        routed = np.concatenate([result.prompt_routed_experts, result.routed_experts[1:],
+                                 np.full((1, *moe_shape), -1, dtype=np.int32)]).astype(np.int32)
+    return Sample(tokens, mask, behav, reward, group_id, task_id, routed, versions, info or {})
+
+
+def generate_groups(engine: Any, tokenizer: Tokenizer, prompts: Sequence[Prompt], fns: Sequence[RewardFunction],
+                    cfg: RLConfig, step: int) -> list[Group]:
+    """G completions per prompt in one engine batch, scored into Groups."""
+    sc, G = cfg.sampling, cfg.data.group_size
+    stop = (tokenizer.eos_id,) if sc.stop_at_eos and tokenizer.eos_id is not None else ()
+    exact_raw = sc.temperature == 1.0 and sc.top_p == 1.0 and sc.top_k in (-1, 0)
+    replay = cfg.train.router_replay and bool(engine.model.config.moe_layers)
+    requests, owners = [], []
+    for p in prompts:
+        ids = encode_prompt(tokenizer, p.text, cfg.data.add_bos)
+        for j in range(G):
+            sp = SamplingParams(temperature=sc.temperature, top_p=sc.top_p, top_k=sc.top_k,
+                                max_new_tokens=sc.max_new_tokens, stop_token_ids=stop,
+                                seed=request_seed(cfg.run.seed, p.id, j))
+            requests.append(GenerationRequest(ids, sp, return_logprob=True, return_routed_experts=replay,
+                                              return_prompt_routed_experts=replay,
+                                              logprobs_mode="raw" if exact_raw else "processed"))
+            owners.append(p)
+    results = engine.generate_batch(requests)
+    mcfg = engine.model.config
+    moe_shape = (len(mcfg.moe_layers), mcfg.num_experts_per_tok) if replay else None
+    by_prompt: dict[str, list[Sample]] = {p.id: [] for p in prompts}
+    for p, r in zip(owners, results):
+        if r.finish_reason == "abort" or not r.output_ids:
+            continue  # the group is one short; Dr. GRPO handles ragged groups
+        text = tokenizer.decode(r.output_ids, skip_special=True)
+        reward, parts = score(fns, p, text, r.prompt_ids, r.output_ids)
+        by_prompt[p.id].append(sample_from_result(r, reward, f"{p.id}@{step}", p.id, moe_shape,
+                                                  {"rewards": parts, "finish_reason": r.finish_reason}))
+    return [Group(f"{p.id}@{step}", p.id, by_prompt[p.id]) for p in prompts if by_prompt[p.id]]
+
+
+def encode_prompt(tokenizer: Tokenizer, text: str, add_bos: bool) -> list[int]:
+    ids = tokenizer.encode(text)
+    return ([tokenizer.bos_id] if add_bos and tokenizer.bos_id is not None else []) + ids
+
+
+def load_tokenizer(spec: str) -> Tokenizer:
+    if spec.startswith("bundled:"):
+        return bundled_tokenizer(spec.removeprefix("bundled:"))
+    return Tokenizer.load(spec)
+
+
+# ---- metrics ------------------------------------------------------------------------------------
+
+class MetricsLog:
+    """metrics.jsonl (one object per step) + TensorBoard scalars; resuming drops lines past the checkpoint."""
+
+    def __init__(self, run_dir: Path, tensorboard: bool, resume_step: int | None):
+        self.path = run_dir / "metrics.jsonl"
+        if self.path.exists():
+            keep = []
+            if resume_step is not None:
+                keep = [line for line in self.path.read_text().splitlines()
+                        if line.strip() and json.loads(line).get("step", 0) <= resume_step]
+            self.path.write_text("".join(line + "\n" for line in keep))
+        self.writer = None
+        if tensorboard:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self.writer = SummaryWriter(str(run_dir / "tb"), purge_step=(resume_step or 0) + 1)
+
+    def write(self, step: int, metrics: dict[str, float]) -> None:
+        with self.path.open("a") as f:
+            f.write(json.dumps({"step": step, **metrics}) + "\n")
+        if self.writer is not None:
+            for k, v in metrics.items():
+                self.writer.add_scalar(k, v, step)
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+
+
+# ---- the run ------------------------------------------------------------------------------------
+
+def run_single_turn(cfg: RLConfig, *, resume: bool = False, prompts: Sequence[Prompt] | None = None,
+                    reward_fns: Sequence[RewardFn] | None = None,
+                    on_step: Callable[[int, dict[str, float]], None] | None = None) -> dict[str, Any]:
+    """Train until the prompts run out or train.max_steps; returns a summary.
+
+    prompts / reward_fns override the config's (for Python callers and tests). resume: continue
+    from the latest checkpoint in <out_dir>/checkpoints (a fresh start if there is none yet).
+    """
+    from opencomposer.engine.engine import Engine
+
+    if cfg.weight_sync.mode != "in_place":
+        raise ConfigError("single-turn mode generates with the embedded engine: weight_sync.mode must be "
+                          "'in_place' ('disk' is for remote inference servers)")
+    run_dir = Path(cfg.run.out_dir)
+    ckpt = Checkpointer(run_dir / "checkpoints", cfg.checkpoint.keep_last)
+    state = None
+    if resume:
+        if ckpt.latest() is not None:
+            state = ckpt.load()
+            changed = {k: v for k, v in config_diff(RLConfig.model_validate(state.config), cfg).items()
+                       if not k.startswith(_RESUMABLE_CHANGES)}
+            if changed:
+                raise ConfigError(f"--resume with a different config than the checkpoint's ({state.path}); "
+                                  f"differences (checkpoint, now): {changed}")
+    elif ckpt.latest() is not None:
+        raise ConfigError(f"{run_dir} already holds checkpoints: pass --resume to continue, or set run.out_dir")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    save_config(cfg, run_dir / "config.yaml")
+    if cfg.run.num_threads:
+        torch.set_num_threads(cfg.run.num_threads)
+
+    tokenizer = load_tokenizer(cfg.model.tokenizer)
+    data = list(prompts) if prompts is not None else load_prompts(cfg.data.prompts, cfg.data.prompt_field,
+                                                                   cfg.data.id_field)
+    by_id = {p.id: p for p in data}
+    fns = load_reward_functions(reward_fns if reward_fns is not None else cfg.data.rewards)
+    longest = max(len(encode_prompt(tokenizer, p.text, cfg.data.add_bos)) for p in data)
+    if longest + cfg.sampling.max_new_tokens > cfg.engine.max_len:
+        raise ConfigError(f"the longest prompt ({longest} tokens) + sampling.max_new_tokens "
+                          f"({cfg.sampling.max_new_tokens}) exceed engine.max_len ({cfg.engine.max_len})")
+
+    model = load_policy(cfg.model, cfg.run.seed)
+    if tokenizer.vocab_size > model.config.vocab_size:
+        raise ConfigError(f"the tokenizer has {tokenizer.vocab_size} tokens, the model's vocab_size is "
+                          f"{model.config.vocab_size}")
+    needs_ref = cfg.reward.kl_coef > 0 or cfg.loss.kl_loss_coef > 0
+    ref = load_policy(cfg.model, cfg.run.seed) if needs_ref else None  # the initial weights, also on resume
+    cursor = DataCursor([p.id for p in data], cfg.run.seed, cfg.data.shuffle)
+    buffer = GroupBuffer()
+    if state is not None:
+        model.load_state_dict(Checkpointer.load_model(state, dtype=next(model.parameters()).dtype).state_dict())
+    trainer = Trainer.from_config(cfg, model, ref)
+    step = 0
+    if state is not None:
+        trainer.load_state_dict(state.trainer)
+        buffer.load_state_dict(state.buffer)
+        cursor.load_state_dict(state.cursor, buffer.task_ids())
+        set_rng_state(state.rng)
+        step = state.step
+    engine_dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[cfg.engine.dtype]
+    engine = Engine(copy.deepcopy(model).requires_grad_(False), max_slots=cfg.engine.max_slots,
+                    max_len=cfg.engine.max_len, speculative_depth=cfg.engine.speculative_depth, dtype=engine_dtype)
+    sync = InPlaceSync(engine, delta=cfg.weight_sync.delta)
+    sync.sync(model, trainer.version)  # the engine serves exactly the trainer's weights and version
+    log = MetricsLog(run_dir, cfg.log.tensorboard, step if state is not None else None)
+
+    total_steps = cfg.train.max_steps or (step + math.ceil((cursor.remaining + len(cursor.in_flight))
+                                                           / cfg.data.groups_per_step))
+    progress = _progress(cfg.log.progress, total_steps, step)
+    t_run = time.perf_counter()
+    saved = step if state is not None else None
+    try:
+        while cfg.train.max_steps is None or step < cfg.train.max_steps:
+            t0 = time.perf_counter()
+            groups = buffer.take(cfg.data.groups_per_step)
+            need = cfg.data.groups_per_step - len(groups)
+            ids = cursor.next(need) if need else []
+            if not groups and not ids:
+                break
+            groups += generate_groups(engine, tokenizer, [by_id[i] for i in ids], fns, cfg, step)
+            lost = set(ids) - {g.task_id for g in groups}
+            cursor.release(lost)  # every completion aborted: try the prompt again later
+            t_gen = time.perf_counter() - t0
+            if not groups:
+                continue
+            metrics = trainer.step(groups)
+            cursor.mark_trained(g.task_id for g in groups)
+            stats = sync.sync(model, trainer.version)
+            step += 1
+            completion_tokens = sum(s.num_generated for g in groups for s in g.samples)
+            dt = time.perf_counter() - t0
+            metrics.update(stats.as_metrics())
+            metrics.update({"gen/time_s": t_gen, "gen/completion_tokens": float(completion_tokens),
+                            "gen/tokens_per_s": completion_tokens / max(t_gen, 1e-9),
+                            "step/time_s": dt, "step/completion_tokens_per_s": completion_tokens / dt,
+                            "data/trained": float(len(cursor.trained)), "data/remaining": float(cursor.remaining)})
+            log.write(step, metrics)
+            if on_step is not None:
+                on_step(step, metrics)
+            if progress is not None:
+                progress[0].update(progress[1], completed=step,
+                                   description=f"step {step} reward {metrics['reward/mean']:.3f}")
+            if step % cfg.checkpoint.every_steps == 0:
+                _save(ckpt, step, trainer, cursor, buffer, cfg)
+                saved = step
+        if saved != step:
+            _save(ckpt, step, trainer, cursor, buffer, cfg)
+    finally:
+        if progress is not None:
+            progress[0].stop()
+        log.close()
+        engine.stop()
+    return {"run_dir": str(run_dir), "steps": step, "policy_version": trainer.version,
+            "trained": list(cursor.trained), "seconds": time.perf_counter() - t_run}
+
+
+def _save(ckpt: Checkpointer, step: int, trainer: Trainer, cursor: DataCursor, buffer: GroupBuffer,
+          cfg: RLConfig) -> None:
+    ckpt.save(step, model=trainer.model, trainer_state=trainer.state_dict(), version=trainer.version,
+              cursor=cursor.state_dict(), buffer=buffer.state_dict(), config=cfg.model_dump(mode="json"))
+
+
+def _progress(enabled: bool, total: int, done: int):
+    if not enabled:
+        return None
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    task = progress.add_task(f"step {done}", total=total, completed=done)
+    progress.start()
+    return progress, task

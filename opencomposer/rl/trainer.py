@@ -1,0 +1,307 @@
+"""The trainer step: groups of plain-data samples in, one Adam step and its metrics out.
+
+`Trainer.step(groups)` does, for a batch of finished groups (buffer.Group):
+
+  1. pad the samples into [B, T] tensors (inputs t_0..t_{T−2}, targets t_1..t_{T−1}; the loss
+     mask, behaviour logprobs and routed experts aligned to the *targets*);
+  2. if β = reward.kl_coef > 0: the frozen reference model's log-probs of the targets, and
+     r_i ← r_i − β·Σ_t kl_t(behav, ref) over the sample's generated tokens (k1 by default:
+     Composer 2's KL-in-reward; losses.kl_in_reward);
+  3. advantages per group (advantages.compute_advantages: Dr. GRPO by default);
+  4. per micro-batch: forward with router replay (the engine's experts, the plausibility
+     threshold train.replay_min_ratio; replaced experts counted), log π_θ(target) of
+     logits / temperature, losses.policy_loss, backward of the loss scaled so the sum over
+     micro-batches is the full-batch loss (below);
+  5. clip the global grad norm, AdamW step, policy version += 1.
+
+Loss normalisation over micro-batches (b = micro-batch, B samples in the batch):
+    constant             Σ_b loss_b·B_b/B with one T_c for all (loss.loss_norm_tokens, else the
+                         batch's padded length): exactly Σ L·m / (B·T_c), as one big batch.
+    token_mean           Σ_b (Σ_b L·m)/N with N = the loss-mask tokens of the whole batch,
+                         counted before any forward (masked-IS or decoupled-cap drops count in N;
+                         on a single batch policy_loss would divide by the kept tokens instead).
+    seq_mean_token_mean  Σ_b loss_b·S_b/S, S = sequences with ≥ 1 generated token.
+
+Metrics (one flat dict of floats): loss, pg_loss, clip_frac_low/high, ratio_mean, masked_frac,
+is_weight_*, grad_norm, entropy, mismatch/abs_logp_diff (mean |log π_θ − log μ| on generated
+tokens) and mismatch/kl_k3 (KL(μ‖π_θ) by k3), replay/replaced_experts and replay/replaced_frac,
+staleness/mean and /max (trainer version − the oldest version of each sample's tokens),
+reward/mean|std, reward/kl (−β·Σ kl, mean), advantage/abs_mean, groups/degenerate_frac,
+tokens/{total,generated}, tokens/s (train tokens per second of this step), time/step_s.
+
+Covered: single-device training of opencomposer's Transformer, one optimiser step per batch
+(single epoch, [R §4]). Left out: FSDP/multi-device (a parallelize step around `model`), LR
+schedules, MTP losses during RL.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import time
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from opencomposer.config import ModelSourceConfig, RLConfig, TrainConfig
+from opencomposer.errors import ConfigError
+from opencomposer.model import ModelConfig, Transformer, load_pretrained
+from opencomposer.rl.advantages import AdvantageConfig, compute_advantages, degenerate_groups
+from opencomposer.rl.buffer import Group, Sample
+from opencomposer.rl.losses import PolicyLossConfig, kl_in_reward, policy_loss
+from opencomposer.rl.rewards import RewardConfig
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+
+
+def load_policy(src: ModelSourceConfig, seed: int = 0) -> Transformer:
+    """The initial policy: a checkpoint directory, or a ModelConfig YAML initialised from `seed`.
+
+    Calling it twice with the same arguments gives the same weights (the reference model and a
+    resumed run's reference are rebuilt this way).
+    """
+    dtype = _DTYPES[src.dtype]
+    if src.path is not None:
+        return load_pretrained(src.path, dtype=dtype).train()
+    state = torch.random.get_rng_state()
+    try:
+        torch.manual_seed(seed)
+        model = Transformer(ModelConfig.from_yaml(src.config))
+    finally:
+        torch.random.set_rng_state(state)
+    return model.to(dtype).train()
+
+
+@dataclass
+class Batch:
+    """Padded, target-aligned tensors for B samples (see the module docstring)."""
+
+    input_ids_BT: torch.Tensor        # int64, t_0..t_{T-2} (right-padded with 0)
+    target_ids_BT: torch.Tensor       # int64, t_1..t_{T-1}
+    mask_BT: torch.Tensor             # bool, loss mask of the targets
+    behav_logp_BT: torch.Tensor       # float32
+    routed_BTYK: torch.Tensor | None  # int32, experts of the input positions; −1 = router's choice
+    lengths_B: torch.Tensor           # int64, real input positions per row
+
+    def slice(self, i: int, j: int) -> "Batch":
+        T = int(self.lengths_B[i:j].max())  # drop padding this micro-batch does not need
+        return Batch(self.input_ids_BT[i:j, :T], self.target_ids_BT[i:j, :T], self.mask_BT[i:j, :T],
+                     self.behav_logp_BT[i:j, :T],
+                     None if self.routed_BTYK is None else self.routed_BTYK[i:j, :T], self.lengths_B[i:j])
+
+
+def collate(samples: Sequence[Sample], moe_shape: tuple[int, int] | None) -> Batch:
+    """Pad samples into a Batch. moe_shape = (Y, K) to build a replay tensor, None for no replay."""
+    B = len(samples)
+    T = max(len(s.token_ids) for s in samples) - 1
+    inp = torch.zeros(B, T, dtype=torch.int64)
+    tgt = torch.zeros(B, T, dtype=torch.int64)
+    mask = torch.zeros(B, T, dtype=torch.bool)
+    behav = torch.zeros(B, T, dtype=torch.float32)
+    routed = None if moe_shape is None else torch.full((B, T, *moe_shape), -1, dtype=torch.int32)
+    lengths = torch.zeros(B, dtype=torch.int64)
+    for b, s in enumerate(samples):
+        n = len(s.token_ids) - 1
+        ids = torch.from_numpy(s.token_ids)
+        inp[b, :n], tgt[b, :n] = ids[:-1], ids[1:]
+        mask[b, :n] = torch.from_numpy(s.loss_mask[1:])
+        behav[b, :n] = torch.from_numpy(s.behav_logprobs[1:])
+        lengths[b] = n
+        if routed is not None and s.routed_experts is not None:
+            if s.routed_experts.shape[1:] != moe_shape:
+                raise ValueError(f"sample {s.group_id}: routed_experts rows are {s.routed_experts.shape[1:]}, "
+                                 f"the model's MoE layout is (Y, K) = {moe_shape}")
+            routed[b, :n] = torch.from_numpy(s.routed_experts[:-1])
+    return Batch(inp, tgt, mask, behav, routed, lengths)
+
+
+def target_logprobs(logits_BTV: torch.Tensor, target_BT: torch.Tensor) -> torch.Tensor:
+    """log softmax(logits)[target] in float32, without materialising the log-softmax."""
+    logits_BTV = logits_BTV.float()
+    return logits_BTV.gather(-1, target_BT[..., None]).squeeze(-1) - torch.logsumexp(logits_BTV, dim=-1)
+
+
+class Trainer:
+    """Owns the policy being trained, its optimiser, the reference model and the policy version.
+
+    model: the Transformer to train (put in train mode; its parameters with requires_grad are
+    optimised, so freezing a tensor is `p.requires_grad_(False)` before construction).
+    ref_model: the frozen reference for KL; built as a deep copy of `model` (the initial weights)
+    when reward.kl_coef > 0 or loss.kl_loss_coef > 0 and none is given; β = 0 needs none.
+    temperature: the sampling temperature, applied to the trainer's logits as the engine did.
+    """
+
+    def __init__(self, model: Transformer, train: TrainConfig = TrainConfig(),
+                 loss: PolicyLossConfig = PolicyLossConfig(), advantage: AdvantageConfig = AdvantageConfig(),
+                 reward: RewardConfig = RewardConfig(), *, ref_model: Transformer | None = None,
+                 temperature: float = 1.0, version: int = 0):
+        self.model = model.train()
+        self.train_cfg, self.loss_cfg, self.adv_cfg, self.reward_cfg = train, loss, advantage, reward
+        self.temperature = temperature
+        self.version = version
+        self.steps = 0
+        self.needs_ref = reward.kl_coef > 0 or loss.kl_loss_coef > 0
+        self.ref_model = None
+        if self.needs_ref:
+            self.ref_model = (ref_model if ref_model is not None else copy.deepcopy(model)).eval()
+            self.ref_model.requires_grad_(False)
+        params = [p for p in model.parameters() if p.requires_grad]
+        if not params:
+            raise ConfigError("the model has no trainable parameters (every tensor has requires_grad=False)")
+        o = train.optim
+        self.optimizer = torch.optim.AdamW(params, lr=o.lr, betas=o.betas, eps=o.eps, weight_decay=o.weight_decay)
+        cfg = model.config
+        self._moe_shape = (len(cfg.moe_layers), cfg.num_experts_per_tok) if cfg.moe_layers and train.router_replay else None
+
+    @classmethod
+    def from_config(cls, cfg: RLConfig, model: Transformer, ref_model: Transformer | None = None) -> "Trainer":
+        return cls(model, cfg.train, cfg.loss, cfg.advantage, cfg.reward, ref_model=ref_model,
+                   temperature=cfg.sampling.temperature)
+
+    # ---- the step ------------------------------------------------------------------------
+
+    def _logits(self, model: Transformer, mb: Batch, replay: bool) -> tuple[torch.Tensor, int]:
+        out = model(mb.input_ids_BT, routed_experts=mb.routed_BTYK if replay else None,
+                    replay_min_ratio=self.train_cfg.replay_min_ratio if replay else None)
+        return out.logits / self.temperature, out.replaced_experts
+
+    @torch.no_grad()
+    def _ref_logprobs(self, batch: Batch, mbs: list[tuple[int, int]]) -> torch.Tensor:
+        out = torch.zeros_like(batch.behav_logp_BT)
+        for i, j in mbs:
+            mb = batch.slice(i, j)
+            logits, _ = self._logits(self.ref_model, mb, replay=False)  # the reference routes for itself
+            out[i:j, :mb.input_ids_BT.shape[1]] = target_logprobs(logits, mb.target_ids_BT)
+        return out
+
+    def step(self, groups: Sequence[Group]) -> dict[str, float]:
+        """One optimiser step on all samples of `groups`; returns the metrics (module docstring)."""
+        t0 = time.perf_counter()
+        samples = [s for g in groups for s in g.samples]
+        if not samples:
+            raise ValueError("Trainer.step needs at least one sample")
+        group_index = {g.group_id: i for i, g in enumerate(groups)}
+        gid_B = torch.tensor([group_index[s.group_id] for s in samples])
+        batch = collate(samples, self._moe_shape)
+        B, T = batch.mask_BT.shape
+        mbs = [(i, min(i + self.train_cfg.micro_batch_size, B)) for i in range(0, B, self.train_cfg.micro_batch_size)]
+        metrics: dict[str, float] = {}
+
+        # KL-in-reward against the frozen reference, then group-relative advantages.
+        rewards_B = torch.tensor([s.reward for s in samples], dtype=torch.float64)
+        ref_logp_BT = self._ref_logprobs(batch, mbs) if self.needs_ref else None
+        if self.reward_cfg.kl_coef > 0:
+            kl_B = kl_in_reward(batch.behav_logp_BT, ref_logp_BT, batch.mask_BT, self.reward_cfg.kl_estimator)
+            kl_term_B = -self.reward_cfg.kl_coef * kl_B.double()
+            rewards_B = rewards_B + kl_term_B
+            metrics["reward/kl"] = kl_term_B.mean().item()
+        adv_B = compute_advantages(rewards_B, self.adv_cfg, group_ids=gid_B).float()
+
+        # Global normalisers, so micro-batch losses add up to the full-batch loss.
+        agg = self.loss_cfg.aggregation
+        n_mask = int(batch.mask_BT.sum())
+        n_seq = int((batch.mask_BT.sum(-1) > 0).sum())
+        if agg == "constant":
+            mb_cfg = self.loss_cfg.model_copy(update={"loss_norm_tokens": self.loss_cfg.loss_norm_tokens or T})
+        elif agg == "token_mean":  # a per-micro-batch sum: "constant" with T_c = 1 is Σ L·m / B_b
+            mb_cfg = self.loss_cfg.model_copy(update={"aggregation": "constant", "loss_norm_tokens": 1})
+        else:
+            mb_cfg = self.loss_cfg
+
+        self.optimizer.zero_grad(set_to_none=True)
+        sums: dict[str, float] = {}
+        weight_sum: dict[str, float] = {}
+        loss_total, replaced = 0.0, 0
+        diff_sum = entropy_sum = 0.0
+        for i, j in mbs:
+            mb = batch.slice(i, j)
+            Bm, Tm = mb.mask_BT.shape
+            logits, n_rep = self._logits(self.model, mb, replay=self._moe_shape is not None)
+            replaced += n_rep
+            logp_BT = target_logprobs(logits, mb.target_ids_BT)
+            extra = {}
+            if self.loss_cfg.off_policy in ("truncated_is", "masked_is"):
+                extra["old_logp_BT"] = logp_BT.detach()   # one step per batch: π_old = π_θ before the step
+            elif self.loss_cfg.off_policy == "decoupled":
+                extra["prox_logp_BT"] = logp_BT.detach()
+            if self.loss_cfg.kl_loss_coef > 0:
+                extra["ref_logp_BT"] = ref_logp_BT[i:j, :Tm]
+            loss, m = policy_loss(logp_BT, mb.behav_logp_BT, adv_B[i:j], mb.mask_BT, mb_cfg, **extra)
+            if agg == "constant":
+                scale = Bm / B
+            elif agg == "token_mean":
+                scale = Bm / max(n_mask, 1)
+            else:
+                scale = int((mb.mask_BT.sum(-1) > 0).sum()) / max(n_seq, 1)
+            (loss * scale).backward()
+            loss_total += loss.item() * scale
+            # per-micro-batch metrics, weighted by generated tokens
+            w = float(mb.mask_BT.sum())
+            for k, v in m.items():
+                if w == 0:
+                    continue
+                if k.endswith(("_max", "_min")):
+                    better = max if k.endswith("_max") else min
+                    sums[k], weight_sum[k] = better(sums.get(k, v), v), 1.0
+                else:  # means (pg_loss and kl_ref too: token-weighted over micro-batches)
+                    sums[k] = sums.get(k, 0.0) + v * w
+                    weight_sum[k] = weight_sum.get(k, 0.0) + w
+            with torch.no_grad():
+                mask = mb.mask_BT
+                diff_sum += (logp_BT.detach() - mb.behav_logp_BT).abs()[mask].sum().item()
+                logits_f = logits.detach().float()
+                lse = torch.logsumexp(logits_f, -1)
+                ent_BT = lse - (torch.softmax(logits_f, -1) * logits_f).sum(-1)
+                entropy_sum += ent_BT[mask].sum().item()
+            del logits, logp_BT, loss
+
+        params = [p for g in self.optimizer.param_groups for p in g["params"]]
+        clip = self.train_cfg.optim.grad_clip
+        grad_norm = torch.nn.utils.clip_grad_norm_(params, clip if clip is not None else math.inf)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.version += 1
+        self.steps += 1
+        dt = time.perf_counter() - t0
+
+        metrics.update({k: v / weight_sum[k] for k, v in sums.items()})
+        metrics["mismatch/kl_k3"] = metrics.pop("kl_behav_k3", 0.0)
+        metrics["mismatch/abs_logp_diff"] = diff_sum / max(n_mask, 1)
+        metrics["loss"] = loss_total
+        metrics["grad_norm"] = float(grad_norm)
+        metrics["entropy"] = entropy_sum / max(n_mask, 1)
+        replay_slots = 0
+        if self._moe_shape is not None:
+            replay_slots = int((batch.routed_BTYK[..., 0] >= 0).sum()) * self._moe_shape[1]
+        metrics["replay/replaced_experts"] = float(replaced)
+        metrics["replay/replaced_frac"] = replaced / replay_slots if replay_slots else 0.0
+        versions = [s.oldest_version() for s in samples]
+        stale = [self.version - 1 - v for v in versions if v is not None]  # against the weights trained
+        metrics["staleness/mean"] = float(np.mean(stale)) if stale else 0.0
+        metrics["staleness/max"] = float(max(stale)) if stale else 0.0
+        raw_rewards = np.array([s.reward for s in samples])
+        metrics["reward/mean"] = float(raw_rewards.mean())
+        metrics["reward/std"] = float(raw_rewards.std())
+        metrics["advantage/abs_mean"] = adv_B.abs().mean().item()
+        metrics["groups/count"] = float(len(groups))
+        metrics["groups/degenerate_frac"] = float(degenerate_groups(rewards_B, gid_B).float().mean())
+        n_tokens = int(batch.lengths_B.sum()) + B
+        metrics["tokens/total"] = float(n_tokens)
+        metrics["tokens/generated"] = float(n_mask)
+        metrics["tokens/s"] = n_tokens / dt
+        metrics["time/step_s"] = dt
+        metrics["policy_version"] = float(self.version)
+        return metrics
+
+    # ---- checkpointing -------------------------------------------------------------------
+
+    def state_dict(self) -> dict:
+        """Everything but the model weights (saved as an HF directory by checkpoint.py)."""
+        return {"optimizer": self.optimizer.state_dict(), "version": self.version, "steps": self.steps}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.version = int(state["version"])
+        self.steps = int(state["steps"])
