@@ -370,7 +370,7 @@ def train(cfg: PretrainConfig, *, resume: bool = False,
             metrics.log(record)
             if d.main and (step % cfg.log_every == 0 or step == cfg.total_steps):
                 mtp_part = f" mtp {values['loss_mtp']:.3f} agree {values['mtp_agree']:.2f}" if use_mtp else ""
-                console.print(f"step {step}/{cfg.total_steps} [{phase.name}] loss {values['loss_main']:.4f}"
+                console.print(f"step {step}/{cfg.total_steps} ({phase.name}) loss {values['loss_main']:.4f}"
                               f"{mtp_part} lr {lr:.2e} {record['tokens_per_s']:,.0f} tok/s")
             if step % cfg.eval_every == 0 or pstep + 1 == phase.steps:
                 last_eval = evaluate(runner, corpus.val, phase.seq_len, cfg.eval_sequences, micro, use_mtp, d, autocast)
