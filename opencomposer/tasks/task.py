@@ -214,6 +214,8 @@ class SuiteSpec(_Strict):
     description: str = ""
     tasks: list[str] = ["*"]
     """Task directory names or globs, relative to the suite directory."""
+    miner: dict[str, str | int | float | list[str]] = {}
+    """Settings of the miner that made the suite (mine.py), so it can be regenerated; {} if hand-made."""
 
 
 class Suite:

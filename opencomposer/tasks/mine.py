@@ -1,0 +1,518 @@
+"""The miner: tasks from a real PyPI sdist, verified by running its own tests.
+
+    opencomposer tasks mine (--sdist PATH | --package NAME==VERSION) --out DIR [--max-tasks N]
+
+1. Image: the sdist becomes a source layer (build.source_layer, sha256 recorded), the venv an
+   env layer with pytest + coverage pinned (BASE_REQUIREMENTS) plus the package's own test
+   dependencies (PACKAGES), and a .pth file that puts the source tree on sys.path (no build
+   backend needed, and edits to the source are live).
+2. Coverage map: the test suite runs once in the sandbox with one coverage context per test
+   (coverage_map.py); each function body's lines give the passing tests that exercise it.
+3. Candidates:
+   - features: groups of functions, in at least two files, that a cluster of tests exercises.
+     Greedy growth from a seed function: add the function whose test set overlaps most with
+     the group's (Jaccard), until the gold patch would reach a drawn size in
+     `settings.lines`; the union of their tests may not exceed `max_f2p_frac` of the suite
+     (the rest must keep passing). Bodies are removed with libcst (transform.remove_bodies).
+   - variants: SWE-smith-style procedural bugs in one covered function (transform.mutate).
+   Functions whose body runs at import time, stubs and one-liners are never chosen.
+4. Each candidate is applied to a fresh workspace and the whole suite runs: fail-to-pass =
+   tests that passed on the sdist and fail now (measured, not guessed); pass-to-pass = a sample
+   of the still-passing tests related to the change (same test files, or covering the changed
+   files). Fail-to-pass tests are deleted from the visible test files (their full files go to
+   hidden_tests/); break.patch = bodies removed + tests hidden; gold.patch = bodies restored.
+5. Validation (validate.validate_task, `runs` times): broken fails every f2p and passes
+   every p2p, gold passes all. Flaky tests are dropped and the task validated again; a task
+   that is still invalid is rejected (recorded, and skipped on later runs).
+
+Resumable: task directories already in --out count toward --max-tasks; the coverage map and
+the rejected candidates are kept under $OPENCOMPOSER_CACHE/mine/<package>-<version>/.
+Deterministic for a given sdist, seed and settings.
+
+Left out: packages with C extensions or network tests, tests outside pytest's collection
+(doctest files), and instructions written by a language model.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import re
+import shutil
+import tarfile
+import tempfile
+import tomllib
+import zipfile
+from dataclasses import asdict, dataclass, field
+from email.parser import Parser
+from pathlib import Path
+
+from opencomposer.errors import TaskError
+from opencomposer.sandbox.base import Backend, Image
+from opencomposer.tasks.build import _download_sdist, cache_dir, default_backend, env_layer, source_layer
+from opencomposer.tasks.coverage_map import FunctionCoverage, TestRun, coverage_map, run_tests
+from opencomposer.tasks.grade import is_protected
+from opencomposer.tasks.instruction import bug_instruction, feature_instruction
+from opencomposer.tasks.smoke import REQUIREMENTS as PYTEST_REQUIREMENTS
+from opencomposer.tasks.task import (BREAK_PATCH, GOLD_PATCH, HIDDEN_DIR, SUITE_FILE, Environment, Source, Stats,
+                                     Suite, SuiteSpec, Task, TaskSpec, TaskTests, patch_stats, tree_diff)
+from opencomposer.tasks.transform import KINDS, mutate, mutation_sites, remove_bodies, remove_tests
+from opencomposer.tasks.validate import validate_task
+
+MINER_VERSION = "1"
+CREATED = "2026-01-01T00:00:00Z"
+BASE_REQUIREMENTS = [*PYTEST_REQUIREMENTS, "coverage==7.17.5"]
+"""Every mined task's venv: pytest (with its dependencies) and coverage, pinned."""
+
+
+@dataclass(frozen=True)
+class PackageConfig:
+    """What a package's tests need beyond BASE_REQUIREMENTS."""
+
+    requirements: tuple[str, ...] = ()
+    """Extra pinned test dependencies."""
+    tests: tuple[str, ...] = ()
+    """Paths given to pytest; () finds tests/, test/ or <package>/tests."""
+    pytest_args: tuple[str, ...] = ()
+    """Extra pytest arguments (also used by the grader), e.g. ("--ignore=tests/test_slow.py",)."""
+
+
+PACKAGES = {
+    "toolz": PackageConfig(tests=("toolz/tests",)),
+    "more-itertools": PackageConfig(),
+    "jmespath": PackageConfig(),
+    "tomlkit": PackageConfig(),
+    "mistune": PackageConfig(),
+    "semver": PackageConfig(),
+    "cachetools": PackageConfig(),
+    "humanize": PackageConfig(requirements=("freezegun==1.5.5", "python-dateutil==4.0.0"),
+                              pytest_args=("--ignore=tests/test_benchmarks.py",)),
+    "markdown": PackageConfig(requirements=("pyyaml==6.0.4",)),
+    "simplejson": PackageConfig(tests=("simplejson/tests",)),
+}
+"""Packages of the ocbench suites, with their test needs (anything else gets the defaults)."""
+
+
+@dataclass
+class Settings:
+    """Miner knobs; recorded in suite.toml's [miner] table."""
+
+    seed: int = 0
+    max_tasks: int = 8
+    """Tasks per package (existing ones in --out included)."""
+    variants: int = 1
+    """Of those, procedural-bug tasks (the rest are features)."""
+    lines: tuple[int, int] = (160, 360)
+    """A feature's target gold-patch size (added + removed lines) is drawn from this range."""
+    min_lines: int = 100
+    max_functions: int = 16
+    """Features smaller than this are not tried."""
+    max_f2p_frac: float = 0.35
+    """At most this share of the passing tests may fail on the broken workspace."""
+    max_p2p: int = 150
+    """Pass-to-pass tests kept per task (a deterministic sample of the related ones)."""
+    runs: int = 2
+    """Validation repeats (flakiness)."""
+
+
+# ---------------------------------------------------------------- the sdist
+
+
+def norm(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def sdist_metadata(archive: Path) -> tuple[str, str]:
+    """(Name, Version) from the sdist's top-level PKG-INFO."""
+    if archive.name.endswith(".zip"):
+        with zipfile.ZipFile(archive) as z:
+            names = [n for n in z.namelist() if n.count("/") == 1 and n.endswith("/PKG-INFO")]
+            text = z.read(names[0]).decode() if names else ""
+    else:
+        with tarfile.open(archive) as t:
+            member = next((m for m in t.getmembers() if m.name.count("/") == 1 and m.name.endswith("/PKG-INFO")), None)
+            text = t.extractfile(member).read().decode() if member else ""
+    meta = Parser().parsestr(text)
+    if not meta.get("Name") or not meta.get("Version"):
+        raise TaskError(f"{archive}: no PKG-INFO with Name and Version at the top level; is it an sdist?")
+    return meta["Name"], meta["Version"]
+
+
+def fetch_sdist(spec: str, backend: Backend) -> Path:
+    """Download NAME==VERSION's sdist (in a sandbox, as build.py does) into the miner's cache."""
+    if "==" not in spec:
+        raise TaskError(f"--package {spec!r}: pin an exact version, e.g. {spec}==1.0")
+    name, version = (s.strip() for s in spec.split("==", 1))
+    dest = cache_dir() / "mine" / "sdists"
+    found = sorted(dest.glob(f"{name.replace('-', '_')}-{version}.*")) + sorted(dest.glob(f"{name}-{version}.*"))
+    if found:
+        return found[0]
+    dest.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        got = _download_sdist(name, version, backend, Path(tmp))
+        target = dest / got.name
+        shutil.copyfile(got, target)
+    return target
+
+
+def find_test_paths(root: Path, package: str) -> list[str]:
+    """The test directories of an unpacked sdist, or [] if it ships no tests."""
+    mod = norm(package).replace("-", "_")
+    for cand in ("tests", "test", "testing", f"{mod}/tests", f"src/{mod}/tests", f"{mod}/test"):
+        if (root / cand).is_dir() and any((root / cand).rglob("test*.py")):
+            return [cand]
+    return []
+
+
+def pth_setup(root: Path) -> str:
+    """The setup command that puts the source tree (src/ layout or flat) on the venv's sys.path."""
+    where = "/workspace/src" if (root / "src").is_dir() else "/workspace"
+    return (f"echo {where} > \"$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()[\"purelib\"])')"
+            "/oc-source.pth\"")
+
+
+# ---------------------------------------------------------------- candidates
+
+
+@dataclass
+class Candidate:
+    """One way to break the package: bodies of `functions` removed, or one procedural bug."""
+
+    kind: str
+    """"feature" or one of transform.KINDS."""
+    functions: list[FunctionCoverage]
+    site: int = 0
+
+    def broken(self, sources: dict[str, str]) -> dict[str, str]:
+        """{path: broken text} for every source file the candidate changes."""
+        if self.kind != "feature":
+            fc = self.functions[0]
+            return {fc.path: mutate(sources[fc.path], fc.unit.key, self.kind, self.site)}
+        keys: dict[str, list] = {}
+        for fc in self.functions:
+            keys.setdefault(fc.path, []).append(fc.unit.key)
+        return {path: remove_bodies(sources[path], ks) for path, ks in keys.items()}
+
+    def task_id(self, package: str) -> str:
+        first = re.sub(r"[^A-Za-z0-9]+", "_", self.functions[0].unit.qualname).strip("_")
+        what = [f"{fc.path}:{fc.unit.qualname}:{fc.unit.index}" for fc in self.functions]
+        digest = hashlib.sha1(json.dumps([self.kind, self.site, sorted(what)]).encode()).hexdigest()[:6]
+        kind = "feat" if self.kind == "feature" else self.kind.replace("_", "-")
+        return f"{norm(package)}-{kind}-{first}-{digest}"
+
+    def instruction(self) -> str:
+        if self.kind == "feature":
+            return feature_instruction([(fc.path, fc.unit.qualname, fc.unit.doc) for fc in self.functions])
+        fc = self.functions[0]
+        return bug_instruction(fc.path, fc.unit.qualname, fc.unit.doc, self.kind)
+
+
+def eligible(fc: FunctionCoverage, max_tests: int) -> bool:
+    """A function worth removing: tested, not run at import, more than a one-liner."""
+    u = fc.unit
+    return bool(fc.tests) and not fc.import_time and not u.is_stub and u.body_lines >= 2 and len(fc.tests) <= max_tests
+
+
+def feature_candidates(cov: dict, n_tests: int, settings: Settings, rng: random.Random) -> list[Candidate]:
+    """Groups of functions across >= 2 files exercised by overlapping tests (see module docstring)."""
+    max_tests = max(3, int(settings.max_f2p_frac * n_tests))
+    pool = sorted((fc for fc in cov.values() if eligible(fc, max_tests)),
+                  key=lambda fc: (-fc.unit.body_lines, fc.key))
+    if len({fc.path for fc in pool}) < 2:
+        return []
+    used: dict = {}
+    seen: set[frozenset] = set()
+    out = []
+    for seed in pool:
+        if used.get(seed.key, 0):
+            continue
+        target = rng.randint(*settings.lines)
+        group, tests, lines = [seed], set(seed.tests), seed.unit.body_lines + 1
+        while lines < target or len({fc.path for fc in group}) < 2:
+            need_file = lines >= target
+            best, best_score = None, None
+            for fc in pool:
+                if fc in group or used.get(fc.key, 0) >= 2 or (need_file and fc.path in {g.path for g in group}):
+                    continue
+                union = tests | fc.tests
+                if (len(union) > max_tests or lines + fc.unit.body_lines > 2 * settings.lines[1]
+                        or len(group) >= settings.max_functions):
+                    continue
+                score = (len(tests & fc.tests) / len(union), fc.path == seed.path, fc.unit.body_lines)
+                if best_score is None or score > best_score:
+                    best, best_score = fc, score
+            if best is None:
+                break
+            group.append(best)
+            tests |= best.tests
+            lines += best.unit.body_lines + 1
+        keyset = frozenset(fc.key for fc in group)
+        if lines < settings.min_lines or len({fc.path for fc in group}) < 2 or keyset in seen:
+            continue
+        seen.add(keyset)
+        for fc in group:
+            used[fc.key] = used.get(fc.key, 0) + 1
+        group.sort(key=lambda fc: (fc.path != seed.path, fc.path, fc.unit.def_line))
+        out.append(Candidate("feature", group))
+    return out
+
+
+def variant_candidates(cov: dict, sources: dict[str, str], n_tests: int, settings: Settings,
+                       rng: random.Random) -> list[Candidate]:
+    """Procedural bugs, one per (function, kind, site), shuffled; larger functions first."""
+    max_tests = max(3, int(settings.max_f2p_frac * n_tests))
+    out = []
+    for fc in sorted(cov.values(), key=lambda fc: fc.key):
+        if not eligible(fc, max_tests) or fc.unit.body_lines < 4:
+            continue
+        for kind in KINDS:
+            n = mutation_sites(sources[fc.path], fc.unit.key, kind)
+            if n:
+                out.append(Candidate(kind, [fc], rng.randrange(n)))
+    rng.shuffle(out)
+    return out
+
+
+# ---------------------------------------------------------------- the miner
+
+
+@dataclass
+class MineReport:
+    package: str
+    version: str
+    tasks: list[str] = field(default_factory=list)
+    """Ids of the tasks in --out for this package (new and already there)."""
+    new: list[str] = field(default_factory=list)
+    rejected: dict[str, str] = field(default_factory=dict)
+    """Candidate id -> why it was rejected (this run and earlier ones)."""
+    tests_total: int = 0
+    tests_passing: int = 0
+
+
+class Miner:
+    """Mines one sdist into task directories under `out`; see the module docstring."""
+
+    def __init__(self, archive: Path, out: Path, settings: Settings, backend: Backend | None = None,
+                 package_name: str | None = None):
+        self.backend = backend or default_backend()
+        self.archive, self.out, self.settings = Path(archive), Path(out), settings
+        self.name, self.version = sdist_metadata(self.archive)
+        if package_name:
+            self.name = package_name
+        self.sha256 = hashlib.sha256(self.archive.read_bytes()).hexdigest()
+        self.source = source_layer(self.name, self.version, self.sha256, sdist=self.archive, backend=self.backend)
+        self.config = PACKAGES.get(norm(self.name), PackageConfig())
+        self.test_paths = list(self.config.tests) or find_test_paths(self.source, self.name)
+        if not self.test_paths or not any((self.source / p).exists() for p in self.test_paths):
+            raise TaskError(f"{self.name}=={self.version}: its sdist ships no test suite (no tests/, test/ or "
+                            f"<package>/tests with test_*.py files); the miner needs the tests in the sdist. "
+                            f"Pick another version or package, or name the test paths in mine.PACKAGES.")
+        self.env = Environment(requirements=[*BASE_REQUIREMENTS, *self.config.requirements],
+                               setup=[pth_setup(self.source)], pytest_args=list(self.config.pytest_args))
+        self.state_dir = cache_dir() / "mine" / f"{norm(self.name)}-{self.version}-{self.sha256[:12]}"
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+
+    # -- image and baseline
+
+    def image(self) -> Image:
+        env = env_layer(self.env.requirements, setup=self.env.setup, source=self.source, backend=self.backend)
+        return self.backend.image([self.source, env])
+
+    def baseline(self) -> TestRun:
+        """The coverage run on the untouched sdist (cached)."""
+        path = self.state_dir / "baseline.json"
+        key = hashlib.sha256(json.dumps([self.env.model_dump(), self.test_paths]).encode()).hexdigest()
+        if path.is_file():
+            data = json.loads(path.read_text())
+            if data.get("key") == key:
+                return TestRun.from_json(data["run"])
+        ws = self.image().workspace()
+        try:
+            run = run_tests(ws, self.test_paths, self.env.pytest_args, cover=True)
+        finally:
+            ws.close()
+        run.outcomes = {t: o for t, o in run.outcomes.items() if ".py::" in t}
+        if not run.passed():
+            raise TaskError(f"{self.name}=={self.version}: no test passes on the unmodified sdist "
+                            f"(missing test dependencies? add them to mine.PACKAGES):\n{run.log}")
+        path.write_text(json.dumps({"key": key, "run": run.to_json()}))
+        return run
+
+    def sources(self, run: TestRun) -> dict[str, str]:
+        """The package's own measured files: not test infrastructure, inside a package or src/."""
+        test_dirs = {str(Path(t.split("::")[0]).parent) for t in run.outcomes}
+        out = {}
+        for rel in sorted(run.lines):
+            p = Path(rel)
+            if rel.startswith("..") or is_protected(rel, test_dirs) or p.suffix != ".py":
+                continue
+            if not (p.parts[0] == "src" or (self.source / p.parts[0] / "__init__.py").is_file()):
+                continue
+            out[rel] = (self.source / rel).read_text()
+        return out
+
+    # -- candidates -> tasks
+
+    def run(self, progress: bool = True) -> MineReport:
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        s = self.settings
+        report = MineReport(self.name, self.version)
+        self.out.mkdir(parents=True, exist_ok=True)
+        rejected_file = self.state_dir / "rejected.json"
+        rejected: dict[str, str] = json.loads(rejected_file.read_text()) if rejected_file.is_file() else {}
+        baseline = self.baseline()
+        report.tests_total, report.tests_passing = len(baseline.outcomes), len(baseline.passed())
+        sources = self.sources(baseline)
+        cov = coverage_map(baseline, sources)
+        rng = random.Random(s.seed)
+        features = feature_candidates(cov, len(baseline.passed()), s, rng)
+        variants = variant_candidates(cov, sources, len(baseline.passed()), s, rng)
+        quota = {"feature": s.max_tasks - s.variants, "variant": s.variants}
+        have = {"feature": 0, "variant": 0}
+        image = None
+        columns = (TextColumn("mine {task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+        with Progress(*columns, console=Console(stderr=True), disable=not progress) as bar:
+            job = bar.add_task(f"{self.name}=={self.version}", total=s.max_tasks)
+            for group, cands in (("feature", features), ("variant", variants)):
+                for cand in cands:
+                    if have[group] >= quota[group]:
+                        break
+                    tid = cand.task_id(self.name)
+                    if (self.out / tid / "task.toml").is_file():
+                        have[group] += 1
+                        report.tasks.append(tid)
+                        bar.advance(job)
+                        continue
+                    if tid in rejected:
+                        continue
+                    image = image or self.image()
+                    try:
+                        why = self.make_task(cand, tid, baseline, sources, cov, image)
+                    except (TaskError, KeyError, ValueError, SyntaxError) as e:
+                        why = f"{type(e).__name__}: {e}"[:500]
+                    if why:
+                        rejected[tid] = why
+                        rejected_file.write_text(json.dumps(rejected, indent=1))
+                        continue
+                    have[group] += 1
+                    report.tasks.append(tid)
+                    report.new.append(tid)
+                    bar.advance(job)
+        report.rejected = rejected
+        self.record_in_suite()
+        return report
+
+    def make_task(self, cand: Candidate, tid: str, baseline: TestRun, sources: dict[str, str],
+                  cov: dict, image: Image) -> str | None:
+        """Build, measure and validate one candidate; write it to out/<tid>. Returns why not, or None."""
+        s = self.settings
+        broken = cand.broken(sources)
+        for path, text in broken.items():
+            compile(text, path, "exec")
+        ws = image.workspace()
+        try:
+            for path, text in broken.items():
+                (ws.root / path).write_text(text)
+            run = run_tests(ws, self.test_paths, self.env.pytest_args)
+        finally:
+            ws.close()
+        passing = baseline.passed()
+        f2p = sorted(t for t in passing if run.outcomes.get(t) != "passed")
+        still = sorted(t for t in passing if run.outcomes.get(t) == "passed")
+        if not f2p:
+            return "no test fails on the broken workspace"
+        if len(f2p) > s.max_f2p_frac * len(passing):
+            return f"{len(f2p)} of {len(passing)} tests fail (more than {s.max_f2p_frac:.0%})"
+        changed = set(broken)
+        related = {t for fc in cov.values() if fc.path in changed for t in fc.tests}
+        f2p_files = {t.split("::")[0] for t in f2p}
+        p2p = [t for t in still if t in related or t.split("::")[0] in f2p_files] or still
+        if len(p2p) > s.max_p2p:
+            p2p = sorted(random.Random(tid).sample(p2p, s.max_p2p))
+        for attempt in range(2):
+            path = self.write_task(cand, tid, sources, broken, f2p, p2p, self.out / ".staging" / tid)
+            result = validate_task(Task.load(path), runs=s.runs, backend=self.backend)
+            if result.valid:
+                dest = self.out / tid
+                shutil.rmtree(dest, ignore_errors=True)
+                path.rename(dest)
+                return None
+            flaky = set(result.flaky)
+            shutil.rmtree(path, ignore_errors=True)
+            if not flaky or attempt:
+                return "; ".join(result.problems[:3])
+            f2p = [t for t in f2p if t not in flaky]
+            p2p = [t for t in p2p if t not in flaky]
+            if not f2p:
+                return "every fail-to-pass test is flaky"
+        return "invalid"
+
+    def write_task(self, cand: Candidate, tid: str, sources: dict[str, str], broken: dict[str, str],
+                   f2p: list[str], p2p: list[str], path: Path) -> Path:
+        """The task directory: task.toml, break.patch, gold.patch, hidden_tests/."""
+        shutil.rmtree(path, ignore_errors=True)
+        hide: dict[str, set[str]] = {}
+        for t in f2p:
+            file, _, rest = t.partition("::")
+            hide.setdefault(file, set()).add(rest.split("[")[0].replace("::", "."))
+        visible: dict[str, str | None] = {}
+        originals: dict[str, str] = {}
+        for file, quals in sorted(hide.items()):
+            originals[file] = (self.source / file).read_text()
+            try:
+                visible[file] = remove_tests(originals[file], quals)
+            except KeyError:  # e.g. inherited test methods: hide the whole file
+                visible[file] = None
+            hidden = path / HIDDEN_DIR / file
+            hidden.parent.mkdir(parents=True, exist_ok=True)
+            hidden.write_text(originals[file])
+        before = {p: sources[p] for p in broken} | originals
+        after = dict(broken) | {f: v for f, v in visible.items() if v is not None}
+        break_patch = tree_diff(before, after)
+        gold = tree_diff(broken, {p: sources[p] for p in broken})
+        (path / BREAK_PATCH).write_text(break_patch)
+        (path / GOLD_PATCH).write_text(gold)
+        instruction = cand.instruction()
+        lines, files = patch_stats(gold)
+        Task(path, TaskSpec(
+            id=tid, instruction=instruction, created=CREATED,
+            source=Source(kind="pypi", package=self.name, version=self.version, sha256=self.sha256),
+            tests=TaskTests(fail_to_pass=f2p, pass_to_pass=p2p),
+            environment=self.env,
+            stats=Stats(gold_lines_changed=lines, gold_files_changed=files, instruction_chars=len(instruction)),
+        )).save()
+        return path
+
+    def record_in_suite(self) -> None:
+        """Create or update out/suite.toml: the miner's settings and this package's pin."""
+        file = self.out / SUITE_FILE
+        if file.is_file():
+            spec = SuiteSpec.model_validate(tomllib.loads(file.read_text()))
+        else:
+            spec = SuiteSpec(name=self.out.name, version="1", description="Tasks mined from PyPI sdists by "
+                             "`opencomposer tasks mine` (see docs/ocbench.md).")
+        settings = asdict(self.settings)
+        settings["lines"] = "{}-{}".format(*self.settings.lines)
+        packages = sorted(set(spec.miner.get("packages", [])) | {f"{self.name}=={self.version}"})
+        spec.miner = {"miner_version": MINER_VERSION, **settings, "packages": packages}
+        Suite(self.out, spec, []).save()
+        shutil.rmtree(self.out / ".staging", ignore_errors=True)
+
+
+def mine(out: Path, *, package: str | None = None, sdist: Path | None = None, settings: Settings | None = None,
+         backend: Backend | None = None, progress: bool = True) -> MineReport:
+    """Mine one package (NAME==VERSION from PyPI, or a local sdist) into task dirs under `out`."""
+    if (package is None) == (sdist is None):
+        raise TaskError("give exactly one of --package NAME==VERSION or --sdist PATH")
+    backend = backend or default_backend()
+    name = None
+    if package:
+        name = package.split("==")[0].strip()
+        sdist = fetch_sdist(package, backend)
+    elif not Path(sdist).is_file():
+        raise TaskError(f"--sdist {sdist}: no such file")
+    miner = Miner(Path(sdist), Path(out), settings or Settings(), backend, package_name=name)
+    return miner.run(progress=progress)
