@@ -105,6 +105,9 @@ class AgentConfig(BaseModel):
     """Top-k sampling, -1 for all (token mode)."""
     system_prompt: str = SYSTEM_PROMPT
     """The system message; the tool schemas are added by the chat template or the endpoint."""
+    tools: list[str] | None = None
+    """Names of the tools offered (harness.tools.TOOLS); None: all. Tool sets are chosen per
+    environment (Composer 2 report): e.g. the demo offers read_file and edit_file only."""
 
 
 # ----------------------------------------------------------------------------- control flow
@@ -340,7 +343,7 @@ class Agent:
                  trajectory_id: str | None = None, task_id: str | None = None,
                  save_path: Path | str | None = None, meta: dict | None = None):
         self.config = config or AgentConfig()
-        self.toolbox = ToolBox(workspace, tool_config)
+        self.toolbox = ToolBox(workspace, tool_config, tools=self.config.tools)
         self.tok = getattr(policy, "tokenizer", None) or tokenizer or bundled_tokenizer()
         self.tools = self.toolbox.schemas()
         self.ctx = _context_for(policy, self.tools, self.tok, self.config)
