@@ -203,6 +203,18 @@ async def run_group(task: Task, make_policy: PolicyFactory, cfg: RolloutConfig, 
 
 # ----------------------------------------------------------------------------- to the trainer
 
+def input_position_experts(routed_TYK: np.ndarray | None) -> np.ndarray | None:
+    """Trajectory rows -> Sample rows. A trajectory keeps, at a sampled token's position p, the
+    experts of the forward that *produced* it (input position p − 1, the engine's convention);
+    a Sample keeps at row t the experts of input position t. So row t ← row t + 1, and the last
+    row (no forward of it is trained) is −1."""
+    if routed_TYK is None:
+        return None
+    out_TYK = np.full_like(routed_TYK, -1)
+    out_TYK[:-1] = routed_TYK[1:]
+    return out_TYK
+
+
 def to_group(group: RolloutGroup, group_id: str) -> Group:
     """The trainer's view of a group (rl/buffer.py): one `Sample` per segment of every successful
     rollout that sampled anything, each carrying its trajectory's final reward [R §4] and, in
@@ -219,7 +231,7 @@ def to_group(group: RolloutGroup, group_id: str) -> Group:
             samples.append(Sample(
                 token_ids=seg.token_ids, loss_mask=seg.loss_mask, behav_logprobs=seg.logprobs,
                 reward=r.reward.total, group_id=group_id, task_id=group.task_id,
-                routed_experts=seg.routed_experts, policy_versions=seg.policy_versions,
+                routed_experts=input_position_experts(seg.routed_experts), policy_versions=seg.policy_versions,
                 info={"trajectory_id": t.id, "segment": k, "stop_reason": t.stop_reason,
                       "resolved": bool(t.grade and t.grade["resolved"]), **r.reward.as_dict()}))
     return Group(group_id, group.task_id, samples)
