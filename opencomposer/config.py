@@ -10,10 +10,9 @@ Paths inside a config (model.config, model.path, model.tokenizer, data.prompts) 
 to the YAML file's directory, so a config and its data can live together; run.out_dir is
 relative to the working directory (where runs go is the caller's choice).
 
-Covered: the RL run (single-turn mode: prompts + Python reward functions), overrides
-(`--set train.lr=1e-4`), saving/loading the resolved config. Left out: the agentic
-mode's task and rollout sections, which the orchestrator adds next to `data` (a `mode`
-value per kind of run keeps them apart).
+Covered: the RL run (single-turn mode: prompts + Python reward functions; agentic mode: the
+`agentic` section, defined next to its orchestrator in rl/orchestrator.py), overrides
+(`--set train.lr=1e-4`), saving/loading the resolved config.
 """
 
 from __future__ import annotations
@@ -27,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from opencomposer.errors import ConfigError
 from opencomposer.rl.advantages import AdvantageConfig
 from opencomposer.rl.losses import PolicyLossConfig
+from opencomposer.rl.orchestrator import AgenticConfig
 from opencomposer.rl.rewards import RewardConfig
 
 
@@ -197,8 +197,8 @@ class LogConfig(_Section):
 class RLConfig(_Section):
     """`opencomposer rl --config FILE`: one RL run."""
 
-    mode: Literal["single_turn"] = "single_turn"
-    """single_turn: prompts + Python reward functions (the agentic mode is added by the orchestrator)."""
+    mode: Literal["single_turn", "agentic"] = "single_turn"
+    """single_turn: prompts + Python reward functions; agentic: tasks in sandboxes (the `agentic` section)."""
     run: RunConfig = RunConfig()
     model: ModelSourceConfig
     engine: EngineConfig = EngineConfig()
@@ -212,11 +212,16 @@ class RLConfig(_Section):
     weight_sync: WeightSyncConfig = WeightSyncConfig()
     checkpoint: CheckpointConfig = CheckpointConfig()
     log: LogConfig = LogConfig()
+    # -- agentic mode (rl/orchestrator.py) --
+    agentic: AgenticConfig | None = None
+    """Agentic data, rollouts, asynchrony and runner (required when mode is agentic)."""
 
     @model_validator(mode="after")
     def _mode_needs_data(self) -> "RLConfig":
         if self.mode == "single_turn" and self.data is None:
             raise ValueError("mode 'single_turn' needs a data section (prompts and rewards)")
+        if self.mode == "agentic" and self.agentic is None:
+            raise ValueError("mode 'agentic' needs an agentic section (suite, rollout, staleness)")
         return self
 
 
@@ -248,7 +253,8 @@ def _resolve_paths(raw: dict, base: Path) -> None:
             p = Path(sec[key]).expanduser()
             sec[key] = str(p if p.is_absolute() else (base / p).resolve())
 
-    for section, key in (("model", "path"), ("model", "config"), ("model", "tokenizer"), ("data", "prompts")):
+    for section, key in (("model", "path"), ("model", "config"), ("model", "tokenizer"), ("data", "prompts"),
+                         ("agentic", "suite")):
         fix(section, key)
 
 

@@ -23,7 +23,7 @@ def rl(
     resume: bool = typer.Option(False, "--resume", help="Continue from the latest checkpoint in run.out_dir."),
     overrides: list[str] = typer.Option([], "--set", help="Override a field: --set train.lr=1e-4 (repeatable)."),
 ) -> None:
-    """Train with RL (single-turn mode: prompts + Python reward functions)."""
+    """Train with RL (single-turn: prompts + reward functions; agentic: tasks in sandboxes, async)."""
     from rich.console import Console
 
     from opencomposer.config import load_rl_config
@@ -39,6 +39,10 @@ def rl(
             from opencomposer.rl.single_turn import run_single_turn
 
             summary = run_single_turn(cfg, resume=resume)
+        else:
+            from opencomposer.rl.orchestrator import run_agentic
+
+            summary = run_agentic(cfg, resume=resume)
     except OpenComposerError as e:
         console.print(f"[red]error:[/red] {e}", markup=True, highlight=False)
         raise typer.Exit(2)
