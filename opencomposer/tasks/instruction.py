@@ -12,7 +12,8 @@ and a procedural-bug task names the function and what it should do:
 
 Budget: `limit` characters (default 400, CursorBench's median prompt is 390). What does
 not fit is dropped in this order: docstring sentences, then names past the first few per
-file (replaced by "and N more"). Docstring sentences are the first sentence of each
+file (replaced by "and N more"), then all names ("Implement the N functions that raise
+NotImplementedError in a.py and b.py"). Docstring sentences are the first sentence of each
 docstring, in the order of the functions, with doctest prompts and reST markup removed.
 """
 
@@ -79,7 +80,11 @@ def feature_instruction(functions: list[tuple[str, str, str]], limit: int = LIMI
         if said and not text.endswith((".", "!", "?")):
             text += "."
         return text + TAIL
-    raise ValueError(f"cannot write an instruction under {limit} characters for {len(functions)} functions")
+    n = sum(len(q) for q in by_file.values())
+    text = f"Implement the {n} functions that raise NotImplementedError in {_join(list(by_file))}." + TAIL
+    if len(text) > limit:
+        raise ValueError(f"cannot write an instruction under {limit} characters for {n} functions")
+    return text
 
 
 def _join(parts: list[str]) -> str:

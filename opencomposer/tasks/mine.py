@@ -308,6 +308,9 @@ class Miner:
             raise TaskError(f"{self.name}=={self.version}: its sdist ships no test suite (no tests/, test/ or "
                             f"<package>/tests with test_*.py files); the miner needs the tests in the sdist. "
                             f"Pick another version or package, or name the test paths in mine.PACKAGES.")
+        if norm(self.name) in {norm(r.split("==")[0]) for r in [*BASE_REQUIREMENTS, *self.config.requirements]}:
+            raise TaskError(f"{self.name}: the test venv already installs it (a dependency of pytest or of the "
+                            f"tests), which would shadow the source under test; mine another package")
         self.env = Environment(requirements=[*BASE_REQUIREMENTS, *self.config.requirements],
                                setup=[pth_setup(self.source)], pytest_args=list(self.config.pytest_args))
         self.state_dir = cache_dir() / "mine" / f"{norm(self.name)}-{self.version}-{self.sha256[:12]}"
