@@ -1,0 +1,207 @@
+"""The trainer step: micro-batches add up to the full-batch gradient, router replay uses the
+engine's experts at the right positions, KL-in-reward against the initial weights, the policy
+moves toward positive advantages, versions and staleness."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+import torch
+
+from opencomposer.config import TrainConfig
+from opencomposer.engine.engine import Engine
+from opencomposer.engine.types import GenerationRequest, SamplingParams
+from opencomposer.rl.buffer import Group, Sample
+from opencomposer.rl.losses import PolicyLossConfig
+from opencomposer.rl.rewards import RewardConfig
+from opencomposer.rl.single_turn import sample_from_result
+from opencomposer.rl.trainer import Trainer, collate, target_logprobs
+
+from trainer_util import random_groups, tiny_model
+
+NO_KL = RewardConfig(kl_coef=0.0)
+
+
+def grads_after_step(trainer: Trainer, groups) -> dict[str, torch.Tensor]:
+    """Run one step, capturing the gradients the optimiser saw."""
+    seen = {}
+    step = trainer.optimizer.step
+
+    def capture(*a, **k):
+        for name, p in trainer.model.named_parameters():
+            if p.grad is not None:
+                seen[name] = p.grad.clone()
+        return step(*a, **k)
+
+    trainer.optimizer.step = capture
+    trainer.step(groups)
+    return seen
+
+
+@pytest.mark.parametrize("aggregation", ["constant", "token_mean", "seq_mean_token_mean"])
+def test_micro_batches_give_the_full_batch_gradient(aggregation):
+    groups = random_groups()
+    loss = PolicyLossConfig(aggregation=aggregation)
+    full = grads_after_step(Trainer(tiny_model(), TrainConfig(micro_batch_size=64), loss, reward=NO_KL), groups)
+    for mb in (1, 4):
+        part = grads_after_step(Trainer(tiny_model(), TrainConfig(micro_batch_size=mb), loss, reward=NO_KL), groups)
+        assert full.keys() == part.keys()
+        for name in full:
+            torch.testing.assert_close(part[name], full[name], rtol=1e-4, atol=1e-7, msg=f"{aggregation} mb={mb} {name}")
+
+
+def test_token_mean_matches_policy_loss_on_one_batch():
+    """With one micro-batch the trainer's token_mean loss is losses.policy_loss's own."""
+    from opencomposer.rl.advantages import compute_advantages
+    from opencomposer.rl.losses import policy_loss
+
+    groups = random_groups()
+    model = tiny_model()
+    samples = [s for g in groups for s in g.samples]
+    batch = collate(samples, None)
+    with torch.no_grad():
+        logp = target_logprobs(model(batch.input_ids_BT).logits, batch.target_ids_BT)
+    adv = compute_advantages(torch.tensor([s.reward for s in samples], dtype=torch.float64),
+                             group_ids=torch.tensor([int(s.group_id[1:]) for s in samples])).float()
+    want, _ = policy_loss(logp, batch.behav_logp_BT, adv, batch.mask_BT, PolicyLossConfig(aggregation="token_mean"))
+    trainer = Trainer(model, TrainConfig(router_replay=False), PolicyLossConfig(aggregation="token_mean"), reward=NO_KL)
+    assert trainer.step(groups)["loss"] == pytest.approx(want.item(), rel=1e-5)
+
+
+def test_collate_aligns_targets_mask_and_behaviour_logprobs():
+    s = Sample([5, 6, 7, 8], [0, 0, 1, 1], [0, 0, -1.5, -2.5], 1.0, "g", "t",
+               routed_experts=np.arange(4 * 2 * 2).reshape(4, 2, 2))
+    short = Sample([9, 10], [0, 1], [0, -0.5], 0.0, "g", "t")
+    b = collate([s, short], (2, 2))
+    assert b.input_ids_BT.tolist() == [[5, 6, 7], [9, 0, 0]]
+    assert b.target_ids_BT.tolist() == [[6, 7, 8], [10, 0, 0]]
+    assert b.mask_BT.tolist() == [[False, True, True], [True, False, False]]
+    assert b.behav_logp_BT.tolist() == [[0, -1.5, -2.5], [-0.5, 0, 0]]
+    assert b.routed_BTYK[0].tolist() == np.arange(12).reshape(3, 2, 2).tolist()  # input positions 0..2
+    assert (b.routed_BTYK[1] == -1).all()  # no routing recorded: the router chooses
+
+
+def test_sample_validation_names_the_problem():
+    with pytest.raises(ValueError, match="loss_mask"):
+        Sample([1, 2, 3], [0, 1], [0, 0, 0], 0.0, "g", "t")
+    with pytest.raises(ValueError, match="token 0"):
+        Sample([1, 2], [1, 1], [0, 0], 0.0, "g", "t")
+    with pytest.raises(ValueError, match="routed_experts"):
+        Sample([1, 2], [0, 1], [0, 0], 0.0, "g", "t", routed_experts=np.zeros((3, 2, 2)))
+
+
+def engine_groups(model, n_prompts=2, G=4, max_new=12):
+    """Real engine rollouts of `model` (seeded), as Groups with routed experts."""
+    engine = Engine(copy.deepcopy(model), max_slots=16, max_len=64)
+    reqs = [GenerationRequest([1, 17 + p, 300 + p], SamplingParams(max_new_tokens=max_new, seed=10 * p + j),
+                              return_routed_experts=True, return_prompt_routed_experts=True)
+            for p in range(n_prompts) for j in range(G)]
+    results = engine.generate_batch(reqs)
+    engine.stop()
+    cfg = model.config
+    shape = (len(cfg.moe_layers), cfg.num_experts_per_tok)
+    groups = []
+    for p in range(n_prompts):
+        samples = [sample_from_result(r, float(len(r.output_ids) % 3), f"g{p}", f"t{p}", shape)
+                   for r in results[p * G:(p + 1) * G]]
+        groups.append(Group(f"g{p}", f"t{p}", samples))
+    return groups
+
+
+def test_replayed_experts_are_the_engines_at_every_input_position():
+    model = tiny_model()
+    groups = engine_groups(model)
+    s = groups[0].samples[0]
+    b = collate([s], (len(model.config.moe_layers), model.config.num_experts_per_tok))
+    assert (b.routed_BTYK >= 0).all()  # every input position has the engine's routing
+    own = model.eval()(b.input_ids_BT, return_routed_experts=True).routed_experts
+    # same weights, full recompute: the router picks what the engine picked (as a set per token)
+    assert torch.equal(own.sort(-1).values, b.routed_BTYK.sort(-1).values)
+
+
+def test_router_replay_lowers_the_train_inference_mismatch():
+    engine_model = tiny_model()
+    groups = engine_groups(engine_model)
+    drifted = copy.deepcopy(engine_model)  # the trainer's router differs from the engine's (numerics, bf16...)
+    with torch.no_grad():
+        for layer in drifted.layers:
+            layer.mlp.gate.weight.add_(torch.randn_like(layer.mlp.gate.weight) * 0.05)
+    m_replay = Trainer(copy.deepcopy(drifted), TrainConfig(replay_min_ratio=None), reward=NO_KL).step(groups)
+    m_free = Trainer(copy.deepcopy(drifted), TrainConfig(router_replay=False), reward=NO_KL).step(groups)
+    assert m_replay["mismatch/abs_logp_diff"] < 0.5 * m_free["mismatch/abs_logp_diff"]
+    assert m_replay["replay/replaced_experts"] == 0
+    # the plausibility rule at its strictest swaps the replayed experts the drifted router dislikes
+    m_strict = Trainer(copy.deepcopy(drifted), TrainConfig(replay_min_ratio=1.0), reward=NO_KL).step(groups)
+    assert m_strict["replay/replaced_experts"] > 0 and 0 < m_strict["replay/replaced_frac"] < 1
+    m_same = Trainer(copy.deepcopy(engine_model), TrainConfig(replay_min_ratio=1.0), reward=NO_KL).step(groups)
+    assert m_same["replay/replaced_experts"] == 0 and m_same["mismatch/abs_logp_diff"] < 1e-4
+
+
+def test_a_step_raises_the_logprob_of_positive_advantage_samples():
+    model = tiny_model()
+    groups = engine_groups(model, n_prompts=1, G=4)
+    samples = groups[0].samples
+    for i, s in enumerate(samples):
+        s.reward = 1.0 if i < 2 else 0.0
+    b = collate(samples, None)
+
+    def seq_logp():
+        with torch.no_grad():
+            lp = target_logprobs(model(b.input_ids_BT).logits, b.target_ids_BT)
+        return (lp * b.mask_BT).sum(-1)
+
+    before = seq_logp()
+    trainer = Trainer(model, TrainConfig(optim={"lr": 1e-3}), reward=NO_KL)
+    m = trainer.step(groups)
+    delta = seq_logp() - before
+    assert delta[:2].min() > 0 > delta[2:].max()
+    assert trainer.version == 1 and m["policy_version"] == 1
+    assert m["advantage/abs_mean"] == pytest.approx(0.5)
+
+
+def test_kl_in_reward_uses_the_initial_weights_and_beta():
+    model = tiny_model()
+    groups = random_groups()
+    beta = 0.1
+    trainer = Trainer(model, TrainConfig(router_replay=False), reward=RewardConfig(kl_coef=beta))
+    assert trainer.ref_model is not None and not any(p.requires_grad for p in trainer.ref_model.parameters())
+    samples = [s for g in groups for s in g.samples]
+    b = collate(samples, None)
+    with torch.no_grad():
+        ref = target_logprobs(tiny_model()(b.input_ids_BT).logits, b.target_ids_BT)
+    k1 = ((b.behav_logp_BT - ref) * b.mask_BT).sum(-1)  # k1 = log μ − log π_ref per token
+    m = trainer.step(groups)
+    assert m["reward/kl"] == pytest.approx((-beta * k1).mean().item(), rel=1e-5)
+    # the reference stays the initial model while the policy moves
+    trainer.step(groups)
+    assert all(torch.equal(p, q) for p, q in zip(trainer.ref_model.parameters(), tiny_model().parameters()))
+    assert not all(torch.equal(p, q) for p, q in zip(trainer.model.parameters(), tiny_model().parameters()))
+    assert Trainer(tiny_model(), reward=NO_KL).ref_model is None  # β = 0: no reference model at all
+
+
+def test_staleness_is_trainer_version_minus_sample_version():
+    trainer = Trainer(tiny_model(), TrainConfig(router_replay=False), reward=NO_KL, version=5)
+    groups = random_groups(versions=3)
+    groups[1].samples[0].policy_versions[groups[1].samples[0].loss_mask] = 1
+    m = trainer.step(groups)
+    assert m["staleness/max"] == 4 and m["staleness/mean"] == pytest.approx((5 * 2 + 4) / 6)
+    assert trainer.version == 6
+
+
+@pytest.mark.parametrize("off_policy", ["truncated_is", "masked_is", "decoupled"])
+def test_off_policy_corrections_run_and_report_is_stats(off_policy):
+    m = Trainer(tiny_model(), TrainConfig(router_replay=False), PolicyLossConfig(off_policy=off_policy),
+                reward=NO_KL).step(random_groups())
+    assert np.isfinite(m["loss"]) and np.isfinite(m["grad_norm"])
+    if off_policy != "masked_is":
+        assert m["is_weight_max"] >= m["is_weight_mean"] >= m["is_weight_min"] > 0
+
+
+def test_frozen_parameters_are_not_optimised():
+    model = tiny_model()
+    model.embed_tokens.weight.requires_grad_(False)
+    before = model.embed_tokens.weight.clone()
+    Trainer(model, TrainConfig(router_replay=False), reward=NO_KL).step(random_groups())
+    assert torch.equal(model.embed_tokens.weight, before)
