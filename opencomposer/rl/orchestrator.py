@@ -233,12 +233,12 @@ class Orchestrator:
         self._spawn_worker()
         self._notify()
 
-    def kill_worker(self) -> str | None:
-        """Cancel a worker that is rolling out a group (fault tests); returns its task id."""
-        for w, task_id in self._running.items():
-            if task_id is not None and not w.done():
+    def kill_worker(self, task_id: str | None = None) -> str | None:
+        """Cancel the worker rolling out `task_id` (default: any busy one); returns its task id."""
+        for w, running in self._running.items():
+            if running is not None and running == (task_id or running) and not w.done():
                 w.cancel()
-                return task_id
+                return running
         return None
 
     async def _worker(self) -> None:
