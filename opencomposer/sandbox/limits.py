@@ -34,6 +34,7 @@ import asyncio
 import errno
 import itertools
 import os
+import select
 import selectors
 import shlex
 import signal
@@ -169,22 +170,41 @@ class Cgroup:
         return 0
 
     def kill_all(self, timeout_s: float = 5.0) -> None:
-        """SIGKILL everything in the cgroup until it is empty (a pid-limited tree cannot outrun this)."""
+        """SIGKILL everything in the cgroup and wait until it is empty.
+
+        Waits on pidfds (woken the moment each process exits, no polling) and signals
+        through them (no pid-reuse race). Processes can be left for a few ms after the
+        launcher exits: bwrap's init is still tearing its namespaces down.
+        """
         deadline = time.monotonic() + timeout_s
         if self.layout.version == 2 and self.dirs:
             _try_write(self.dirs[0] / "cgroup.kill", "1")
-        while True:
-            pids = self.pids_inside()
-            if not pids:
-                return
+        while pids := self.pids_inside():
+            poller = select.poll()
+            fds = []
             for pid in pids:
                 try:
-                    os.kill(pid, signal.SIGKILL)
+                    fd = os.pidfd_open(pid)
+                except ProcessLookupError:
+                    continue
+                fds.append(fd)
+                poller.register(fd, select.POLLIN)
+                try:
+                    signal.pidfd_send_signal(fd, signal.SIGKILL)
                 except ProcessLookupError:
                     pass
-            if time.monotonic() > deadline:
-                raise SandboxError(f"processes {sorted(pids)} survived SIGKILL in {self.dirs}")
-            time.sleep(0.001)
+            try:
+                waiting = len(fds)
+                while waiting:
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        raise SandboxError(f"processes {sorted(pids)} survived SIGKILL in {self.dirs}")
+                    waiting -= len(poller.poll(remaining * 1000))
+            finally:
+                for fd in fds:
+                    os.close(fd)
+            if not fds:  # listed but already gone: give the kernel a moment to unlist them
+                time.sleep(0.0005)
 
     def remove(self) -> None:
         for d in self.dirs:
