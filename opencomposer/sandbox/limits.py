@@ -180,8 +180,7 @@ class Cgroup:
         if self.layout.version == 2 and self.dirs:
             _try_write(self.dirs[0] / "cgroup.kill", "1")
         while pids := self.pids_inside():
-            poller = select.poll()
-            fds = []
+            poller, fds = select.poll(), []
             for pid in pids:
                 try:
                     fd = os.pidfd_open(pid)
@@ -194,17 +193,19 @@ class Cgroup:
                 except ProcessLookupError:
                     pass
             try:
-                waiting = len(fds)
+                waiting = set(fds)
                 while waiting:
                     remaining = deadline - time.monotonic()
                     if remaining <= 0:
                         raise SandboxError(f"processes {sorted(pids)} survived SIGKILL in {self.dirs}")
-                    waiting -= len(poller.poll(remaining * 1000))
+                    for fd, _ in poller.poll(remaining * 1000):
+                        poller.unregister(fd)
+                        waiting.discard(fd)
             finally:
                 for fd in fds:
                     os.close(fd)
-            if not fds:  # listed but already gone: give the kernel a moment to unlist them
-                time.sleep(0.0005)
+            # all seen have exited; zombies stay listed until their dying parents are reaped
+            time.sleep(0.0005)
 
     def remove(self) -> None:
         for d in self.dirs:
