@@ -79,6 +79,10 @@ class RayRunnerConfig(BaseModel):
     """Rollout worker actors (each runs groups with its own sandbox pool, on any node)."""
     trainer_world_size: int = Field(1, ge=1)
     """Trainer processes (torch.distributed, FSDP2 via fully_shard; gloo on CPU, nccl on GPU)."""
+    trainer_gpus: float = Field(0.0, ge=0)
+    """GPUs per trainer rank (0 on CPU)."""
+    inference_gpus: float = Field(0.0, ge=0)
+    """GPUs of the inference actor (0 on CPU)."""
 
 
 class AgenticConfig(BaseModel):

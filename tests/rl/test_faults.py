@@ -103,6 +103,7 @@ async def test_crashing_sandboxes_are_retried_or_given_up_and_the_run_goes_on():
     assert orch.cursor.exhausted or not orch.cursor.in_flight
 
 
+@pytest.mark.slow
 async def test_a_flood_of_malformed_tool_calls_is_trained_on_with_penalties(tmp_path):
     torch.manual_seed(0)
     model = Transformer(ModelConfig(**MICRO_MODEL))
