@@ -1,0 +1,164 @@
+"""SFT: oracle trajectories collected through the real harness render with exactly RL's tokens and
+loss mask, the masked loss goes down on them, and a killed run resumes to the same result."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from opencomposer.errors import ConfigError
+from opencomposer.harness.agent import Agent
+from opencomposer.harness.chat import encode_turn
+from opencomposer.harness.trajectory import read_jsonl
+from opencomposer.model import ModelConfig, Transformer, load_pretrained, save_pretrained
+from opencomposer.model.tokenizer import ASSISTANT, END, bundled_tokenizer
+from opencomposer.pretrain.sft import Examples, collect_trajectories, load_config, render, train_sft
+from opencomposer.sandbox import get_backend
+from opencomposer.tasks.build import task_image
+from opencomposer.tasks.demo_family import DEMO_AGENT, generate_tasks
+from opencomposer.tasks.policies import ScriptedTokenPolicy
+from opencomposer.tasks.task import Suite
+
+SMALL_MODEL = {"vocab_size": 4096, "hidden_size": 64, "intermediate_size": 128, "moe_intermediate_size": 64,
+               "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+               "num_experts": 4, "num_experts_per_tok": 2, "norm_topk_prob": True, "max_position_embeddings": 1024,
+               "num_mtp_modules": 1}
+
+
+@pytest.fixture(scope="module")
+def backend():
+    return get_backend("bwrap")
+
+
+@pytest.fixture(scope="module")
+def collected(tmp_path_factory, backend) -> tuple[Path, Path]:
+    """(suite dir, trajectories.jsonl): the read-edit oracle on 4 demo tasks, graded."""
+    root = tmp_path_factory.mktemp("sft")
+    generate_tasks(4, 5, root / "suite", difficulty=1)
+    out = root / "oracle.jsonl"
+    asyncio.run(collect_trajectories(root / "suite", out, DEMO_AGENT, grade=True, backend=backend))
+    return root / "suite", out
+
+
+@pytest.fixture(scope="module")
+def base_model(tmp_path_factory) -> Path:
+    torch.manual_seed(0)
+    path = tmp_path_factory.mktemp("base") / "model"
+    save_pretrained(Transformer(ModelConfig.from_dict(SMALL_MODEL)), path)
+    bundled_tokenizer().save(path)
+    return path
+
+
+def config(tmp_path: Path, base: Path, trajectories: Path, **over) -> Path:
+    cfg = {"run_dir": str(tmp_path / "run"), "init_from": str(base), "seed": 0, "steps": 12, "batch_size": 2,
+           "lr": 3e-3, "warmup_steps": 2, "checkpoint_every": 4, "eval_every": 4, "log_every": 100, "threads": 1,
+           "data": {"trajectories": [str(trajectories)], "val_examples": 0, "cache_dir": str(tmp_path / "cache")}}
+    cfg.update(over)
+    path = tmp_path / "sft.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def test_collection_resolves_every_task_and_resumes(collected, backend):
+    suite, out = collected
+    trajs = read_jsonl(out)
+    assert sorted(t.task_id for t in trajs) == sorted(t.id for t in Suite.load(suite).tasks)
+    assert all(t.reward == 1.0 and t.stop_reason == "final" for t in trajs)
+    again = asyncio.run(collect_trajectories(suite, out, DEMO_AGENT, backend=backend))  # nothing left to do
+    assert len(again) == len(trajs)
+
+
+def test_loss_mask_covers_exactly_the_assistant_tokens(collected):
+    tok = bundled_tokenizer()
+    traj = read_jsonl(collected[1])[0]
+    ((ids, mask),) = render(traj, tok)
+    assistant, end = tok.special_id(ASSISTANT), tok.special_id(END)
+    expected, inside = [], False
+    for t in ids:  # 1 from after <|assistant|> up to and including its <|im_end|>
+        expected.append(int(inside))
+        if t == assistant:
+            inside = True
+        elif t == end:
+            inside = False
+    assert mask == expected
+    turns = [m for m in traj.segments[0].messages if m["role"] == "assistant"]
+    assert sum(mask) == sum(len(encode_turn(tok, m)) - 1 for m in turns)
+
+
+def test_rendering_equals_the_token_level_record_of_the_same_episode(collected, backend):
+    """What SFT trains on is what RL's agent loop records when a model writes the same turns."""
+    tok = bundled_tokenizer()
+    suite, out = collected
+    chat = read_jsonl(out)[0]
+    task = next(t for t in Suite.load(suite).tasks if t.id == chat.task_id)
+    turns = [encode_turn(tok, m)[1:] for m in chat.segments[0].messages if m["role"] == "assistant"]
+    ws = task_image(task, backend).workspace()
+    try:
+        token = asyncio.run(Agent(ScriptedTokenPolicy(tok, turns), ws, DEMO_AGENT).run(task.spec.instruction))
+    finally:
+        ws.close()
+    ((ids, mask),) = render(chat, tok)
+    assert token.segments[0].token_ids == ids
+    assert token.segments[0].loss_mask == mask
+
+
+def test_sft_lowers_the_masked_loss_and_publishes_a_servable_model(tmp_path, collected, base_model):
+    cfg = load_config(config(tmp_path, base_model, collected[1], steps=30, checkpoint_every=30, eval_every=30))
+    summary = train_sft(cfg)
+    losses = [json.loads(line)["loss_main"] for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
+              if "loss_main" in json.loads(line)]
+    assert len(losses) == 30
+    assert sum(losses[-5:]) / 5 < 0.5 * sum(losses[:3]) / 3
+    model_dir = Path(summary["model_dir"])
+    assert (model_dir / "tokenizer.json").is_file()
+    assert load_pretrained(model_dir).config.num_mtp_modules == 1
+    assert summary["data"]["examples"] == 4 and summary["data"]["assistant_tokens"] > 0
+
+
+def test_killed_run_resumes_to_the_uninterrupted_result(tmp_path, collected, base_model):
+    full = load_config(config(tmp_path / "a", base_model, collected[1]))
+    train_sft(full)
+
+    class Killed(Exception):
+        pass
+
+    def kill(step, record):
+        if step == 6:  # after the checkpoint at step 4: steps 5-6 are lost and redone
+            raise Killed
+
+    cut = load_config(config(tmp_path / "b", base_model, collected[1]))
+    with pytest.raises(Killed):
+        train_sft(cut, on_step=kill)
+    with pytest.raises(ConfigError, match="--resume"):
+        train_sft(cut)
+    train_sft(cut, resume=True)
+
+    def curve(run):
+        return [json.loads(line)["loss"] for line in (run / "metrics.jsonl").read_text().splitlines()]
+
+    assert curve(tmp_path / "a" / "run") == curve(tmp_path / "b" / "run")
+    a, b = load_pretrained(tmp_path / "a" / "run" / "model"), load_pretrained(tmp_path / "b" / "run" / "model")
+    for (name, pa), pb in zip(a.state_dict().items(), b.state_dict().values()):
+        assert torch.equal(pa, pb), name
+
+
+def test_rendered_examples_are_cached(tmp_path, collected):
+    tok = bundled_tokenizer()
+    first = Examples.build([collected[1]], tok, 1024, tmp_path)
+    assert len(list(tmp_path.glob("sft-*.npz"))) == 1
+    second = Examples.build([collected[1]], tok, 1024, tmp_path)
+    assert (first.ids == second.ids).all() and (first.mask == second.mask).all() and first.meta == second.meta
+    with pytest.raises(ConfigError, match="max_len"):
+        Examples.build([collected[1]], tok, 100, tmp_path)  # every example is longer
+
+
+def test_config_without_data_is_refused(tmp_path, base_model):
+    cfg = load_config(config(tmp_path, base_model, tmp_path / "x.jsonl", data={}))
+    with pytest.raises(ConfigError, match="no SFT data"):
+        train_sft(cfg)
