@@ -14,10 +14,15 @@ from opencomposer.errors import ConfigError
 CONFIGS = Path(__file__).resolve().parents[2] / "configs" / "rl"
 
 
-@pytest.mark.parametrize("name", ["single_turn_tiny.yaml", "single_turn_1gpu.yaml", "agentic_ray_cluster.yaml"])
-def test_shipped_configs_validate(name):
+@pytest.mark.parametrize("name", ["single_turn_tiny.yaml", "single_turn_1gpu.yaml"])
+def test_shipped_single_turn_configs_validate(name):
     cfg = load_rl_config(CONFIGS / name)
     assert cfg.mode == "single_turn" and cfg.data.rewards
+
+
+def test_cluster_example_validates_as_an_agentic_ray_run():
+    cfg = load_rl_config(CONFIGS / "agentic_ray_cluster.yaml")
+    assert cfg.mode == "agentic" and cfg.agentic.runner == "ray" and cfg.agentic.ray.trainer_world_size == 8
 
 
 def test_tiny_config_paths_resolve_against_the_yaml_file():
