@@ -55,7 +55,7 @@ def base_model(tmp_path_factory) -> Path:
 
 
 def config(tmp_path: Path, base: Path, trajectories: Path, **over) -> Path:
-    cfg = {"run_dir": str(tmp_path / "run"), "init_from": str(base), "seed": 0, "steps": 12, "batch_size": 2,
+    cfg = {"run_dir": str(tmp_path / "run"), "init_from": str(base), "seed": 0, "steps": 8, "batch_size": 2,
            "lr": 3e-3, "warmup_steps": 2, "checkpoint_every": 4, "eval_every": 4, "log_every": 100, "threads": 1,
            "data": {"trajectories": [str(trajectories)], "val_examples": 0, "cache_dir": str(tmp_path / "cache")}}
     cfg.update(over)
@@ -108,12 +108,14 @@ def test_rendering_equals_the_token_level_record_of_the_same_episode(collected, 
     assert token.segments[0].loss_mask == mask
 
 
+@pytest.mark.slow
 def test_sft_lowers_the_masked_loss_and_publishes_a_servable_model(tmp_path, collected, base_model):
-    cfg = load_config(config(tmp_path, base_model, collected[1], steps=30, checkpoint_every=30, eval_every=30))
+    cfg = load_config(config(tmp_path, base_model, collected[1], steps=20, lr=1e-2, checkpoint_every=20,
+                                    eval_every=20))
     summary = train_sft(cfg)
     losses = [json.loads(line)["loss_main"] for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
               if "loss_main" in json.loads(line)]
-    assert len(losses) == 30
+    assert len(losses) == 20
     assert sum(losses[-5:]) / 5 < 0.5 * sum(losses[:3]) / 3
     model_dir = Path(summary["model_dir"])
     assert (model_dir / "tokenizer.json").is_file()
@@ -121,6 +123,7 @@ def test_sft_lowers_the_masked_loss_and_publishes_a_servable_model(tmp_path, col
     assert summary["data"]["examples"] == 4 and summary["data"]["assistant_tokens"] > 0
 
 
+@pytest.mark.slow
 def test_killed_run_resumes_to_the_uninterrupted_result(tmp_path, collected, base_model):
     full = load_config(config(tmp_path / "a", base_model, collected[1]))
     train_sft(full)

@@ -1,0 +1,505 @@
+"""SFT on agent trajectories: the report's short supervised phase between pretraining and RL.
+
+Data. The oracle policy (by default the demo family's `ReadEditOracle`: read the file, then
+one minimal edit_file) is run through the real agent loop in a sandbox fork of every task of
+a training suite (never the held-out suite), with the environment's agent config (tool set,
+system prompt, limits); each trajectory is appended to `<run_dir>/sft_data/trajectories.jsonl`
+(collection resumes: tasks already there are skipped). Trajectory JSONL files written by
+anyone else (`opencomposer eval`, RL) can be added with `data.trajectories`.
+
+Rendering. Each segment of a trajectory becomes one example with the chat template and loss
+mask RL uses: a token-level segment keeps its own `token_ids` / `loss_mask` (exactly what
+the policy saw and sampled); a chat-level one (the oracle's) is encoded with
+`chat.encode_with_mask` over the segment's messages and the trajectory's tools, which gives
+the ids `_TokenContext` would have built for the same conversation: mask 1 on what the
+assistant writes after its role token (including <|im_end|>), 0 on system, user and tool
+turns. Rendered examples are cached as .npz under a key = hash(trajectory files, tokenizer,
+max_len), so a second run starts in milliseconds. Examples longer than `max_len` are dropped
+(and counted).
+
+Objective, per step over a batch of B examples padded on the right (pads have mask 0):
+
+    L = sum_{t: m_t = 1} -log p(x_t | x_<t) / sum_t m_t          (token mean over the batch)
+        + (lambda / D) * sum_k L_k                                   (MTP, optional, on the same mask)
+
+with L_k the MTP loss of pretrain (mtp.py: "ce" or "distill" onto the main head), so the MTP
+modules keep drafting well for the SFT policy. Without MTP, the lm_head runs only on masked
+positions (most of a trajectory is prompt and tool output). Optimisation, checkpoints and
+metrics are pretraining's: AdamW with decay on matrices (`train.make_optimizer`), warmup then
+cosine (`train.lr_at`), global-norm clipping, atomic checkpoints (`checkpoint.py`) holding the
+model in HF format with tokenizer.json plus the optimizer, the data cursor and RNG state,
+metrics.jsonl (`train.Metrics`). The final model is published to `<run_dir>/model`, which
+`opencomposer eval --policy engine:<run_dir>/model` serves.
+
+Left out: packing several examples into one sequence (a trajectory's prompt is most of its
+tokens, so padding waste is small next to it), distributed SFT (pretraining's DDP path would
+carry over), and rejection sampling from the model itself (that is RL's job here).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from opencomposer.errors import ConfigError
+from opencomposer.harness.agent import Agent, AgentConfig
+from opencomposer.harness.chat import encode_with_mask
+from opencomposer.harness.trajectory import Trajectory, read_jsonl, write_jsonl
+from opencomposer.model import Transformer, load_pretrained
+from opencomposer.model.mtp import mtp_loss
+from opencomposer.model.tokenizer import TOKENIZER_FILE, Tokenizer, bundled_tokenizer
+from opencomposer.pretrain import checkpoint as ckpt
+from opencomposer.pretrain.config import MTPConfig, OptimConfig, PhaseConfig
+from opencomposer.pretrain.train import Metrics, lr_at, make_optimizer
+
+_CACHE_VERSION = 1  # bump when rendering changes meaning
+TRAJECTORIES = "trajectories.jsonl"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+
+
+class GenerateConfig(_Strict):
+    """Generate the training suite with the demo family when it does not exist yet."""
+
+    n: int = Field(gt=0)
+    """Tasks to generate."""
+    seed: int = 0
+    """Generator seed (use another for the held-out suite)."""
+    difficulty: int = Field(1, ge=0)
+    """Distractor functions per module (demo_family.MAX_DIFFICULTY at most)."""
+
+
+class SFTDataConfig(_Strict):
+    """Where SFT examples come from."""
+
+    suite: str | None = None
+    """A training suite: the oracle is run on each of its tasks through the agent loop."""
+    generate: GenerateConfig | None = None
+    """If set and `suite` does not exist, generate it with the demo family first."""
+    trajectories: list[str] = []
+    """Existing trajectory JSONL files (eval or RL output) to train on as well."""
+    resolved_only: bool = True
+    """Drop trajectories whose grade says unresolved (ungraded ones are kept)."""
+    grade: bool = False
+    """Grade each oracle trajectory with the hidden tests while collecting (slower; a check)."""
+    agent: str | dict[str, Any] | None = None
+    """AgentConfig YAML file or inline fields for collection; null: the demo's (demo_family.DEMO_AGENT)."""
+    concurrency: int = Field(2, ge=1)
+    """Oracle episodes run at once while collecting."""
+    max_len: int = Field(1024, gt=1)
+    """Longer examples are dropped."""
+    val_examples: int = Field(8, ge=0)
+    """Examples held out (after a seeded shuffle) for the validation loss."""
+    cache_dir: str = "~/.cache/opencomposer/sft"
+    """Where rendered examples are cached (.npz keyed by content)."""
+
+
+class SFTConfig(_Strict):
+    """One SFT run."""
+
+    run_dir: str
+    """Checkpoints, metrics.jsonl, sft_data/ and the final model go here."""
+    init_from: str
+    """The HF checkpoint directory to fine-tune (e.g. a pretraining run's model/)."""
+    tokenizer: str | None = None
+    """tokenizer.json or its directory; null: init_from's own, else the bundled one."""
+    seed: int = 0
+    """Seeds the example order and the validation split."""
+    data: SFTDataConfig = SFTDataConfig()
+    """The examples."""
+    steps: int = Field(gt=0)
+    """Optimizer steps."""
+    batch_size: int = Field(8, gt=0)
+    """Examples per step."""
+    lr: float = Field(1e-3, gt=0)
+    """Peak learning rate."""
+    warmup_steps: int = Field(10, ge=0)
+    """Linear warmup steps."""
+    min_lr_ratio: float = Field(0.1, ge=0, le=1)
+    """Cosine decay ends at lr * min_lr_ratio."""
+    mtp: MTPConfig | None = MTPConfig(mode="distill", weight=0.3)
+    """MTP loss on the same mask (null: main loss only; ignored for a model without MTP modules)."""
+    optim: OptimConfig = OptimConfig(weight_decay=0.0)
+    """AdamW settings."""
+    checkpoint_every: int = Field(50, gt=0)
+    """Save a resumable checkpoint every N steps (and at the end)."""
+    keep_checkpoints: int = Field(2, gt=0)
+    """Older checkpoints are deleted."""
+    eval_every: int = Field(25, gt=0)
+    """Validation loss every N steps (and at the end)."""
+    log_every: int = Field(10, gt=0)
+    """Print a line every N steps (metrics.jsonl gets every step)."""
+    threads: int | None = Field(None, gt=0)
+    """torch.set_num_threads; null: torch's default."""
+    deterministic: bool = True
+    """torch.use_deterministic_algorithms: a resumed run repeats the uninterrupted one."""
+
+    @property
+    def phase(self) -> PhaseConfig:
+        """The run as one pretraining phase, for `lr_at`."""
+        return PhaseConfig(name="sft", steps=self.steps, seq_len=self.data.max_len, batch_size=self.batch_size,
+                           lr=self.lr, warmup_steps=self.warmup_steps, min_lr_ratio=self.min_lr_ratio)
+
+    @property
+    def phases(self) -> list[PhaseConfig]:
+        return [self.phase]  # what train.make_optimizer reads
+
+
+def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> SFTConfig:
+    """Read an SFT YAML file; `overrides` replace top-level keys. ConfigError names bad fields."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"{path}: no such config file")
+    d = yaml.safe_load(path.read_text())
+    if not isinstance(d, dict):
+        raise ConfigError(f"{path}: expected a mapping of config keys at the top level")
+    try:
+        return SFTConfig.model_validate({**d, **(overrides or {})})
+    except ValidationError as e:
+        lines = [f"  {'.'.join(str(x) for x in err['loc']) or '(top level)'}: {err['msg']}" for err in e.errors()]
+        raise ConfigError(f"{path}: invalid SFT config:\n" + "\n".join(lines)) from None
+
+
+def agent_config(spec: str | dict | None) -> AgentConfig:
+    """The collection environment: a YAML file, inline fields, or (None) the demo's."""
+    if spec is None:
+        from opencomposer.tasks.demo_family import DEMO_AGENT
+
+        return DEMO_AGENT
+    if isinstance(spec, str):
+        if not Path(spec).is_file():
+            raise ConfigError(f"data.agent: {spec} does not exist (an AgentConfig YAML file)")
+        spec = yaml.safe_load(Path(spec).read_text()) or {}
+    try:
+        return AgentConfig.model_validate(spec)
+    except ValidationError as e:
+        raise ConfigError(f"data.agent: invalid AgentConfig: {e}") from None
+
+
+# ----------------------------------------------------------------------------- collection
+
+async def collect_trajectories(suite_dir: str | Path, out: str | Path, agent: AgentConfig, *,
+                               make_policy: Callable | None = None, concurrency: int = 2, grade: bool = False,
+                               backend=None, on_done: Callable[[Trajectory], None] | None = None) -> list[Trajectory]:
+    """Run `make_policy(task)` (default: the demo's ReadEditOracle) on every task of the suite
+    through the agent loop, each in a fresh workspace of the task's image; append each
+    trajectory (with its patch, and its grade when `grade`) to the JSONL file `out`. Tasks
+    already in `out` are skipped. Returns every trajectory in `out`."""
+    from opencomposer.eval.run import diff_excludes
+    from opencomposer.tasks.build import task_image
+    from opencomposer.tasks.grade import grade as grade_patch
+    from opencomposer.tasks.task import Suite
+
+    if make_policy is None:
+        from opencomposer.tasks.demo_family import ReadEditOracle as make_policy
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    have = {t.task_id for t in read_jsonl(out)} if out.is_file() else set()
+    todo = [t for t in Suite.load(suite_dir).tasks if t.id not in have]
+    sem, lock = asyncio.Semaphore(concurrency), asyncio.Lock()
+
+    async def one(task) -> None:
+        async with sem:
+            image = await asyncio.to_thread(task_image, task, backend)
+            ws = await asyncio.to_thread(image.workspace)
+            try:
+                traj = await Agent(make_policy(task), ws, agent, trajectory_id=f"{task.id}__sft",
+                                   task_id=task.id, meta={"suite": str(suite_dir), "sft": True}).run(task.spec.instruction)
+                traj.patch = await asyncio.to_thread(ws.diff, diff_excludes())
+            finally:
+                await asyncio.to_thread(ws.close)
+            if grade:
+                result = await asyncio.to_thread(grade_patch, task, traj.patch, backend=backend, image=image)
+                traj.grade, traj.reward = result.to_json(), float(result.resolved)
+        async with lock:
+            write_jsonl([traj], out)
+            if on_done:
+                on_done(traj)
+
+    await asyncio.gather(*(one(t) for t in todo))
+    return read_jsonl(out)
+
+
+# ----------------------------------------------------------------------------- rendering
+
+def render(traj: Trajectory, tok: Tokenizer) -> list[tuple[list[int], list[int]]]:
+    """(token ids, loss mask) per segment, as RL sees them (module docstring)."""
+    out = []
+    for seg in traj.segments:
+        if seg.token_ids is not None and seg.loss_mask is not None:
+            out.append((list(seg.token_ids), [int(m) for m in seg.loss_mask]))
+        else:
+            out.append(encode_with_mask(tok, seg.messages, traj.tools))
+    return out
+
+
+def _keep(traj: Trajectory, resolved_only: bool) -> bool:
+    if traj.stop_reason == "error":
+        return False
+    return not (resolved_only and traj.grade is not None and not traj.grade.get("resolved", False))
+
+
+class Examples:
+    """Rendered examples: ids and mask concatenated, with offsets (one .npz in the cache)."""
+
+    def __init__(self, ids: np.ndarray, mask: np.ndarray, offsets: np.ndarray, meta: dict):
+        self.ids, self.mask, self.offsets, self.meta = ids, mask, offsets, meta
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def __getitem__(self, i: int) -> tuple[np.ndarray, np.ndarray]:
+        a, b = self.offsets[i], self.offsets[i + 1]
+        return self.ids[a:b], self.mask[a:b]
+
+    @classmethod
+    def build(cls, files: list[Path], tok: Tokenizer, max_len: int, cache_dir: str | Path,
+              resolved_only: bool = True) -> "Examples":
+        h = hashlib.sha256(f"v{_CACHE_VERSION}/{max_len}/{resolved_only}".encode())
+        h.update(hashlib.sha256(tok.hf.to_str().encode()).digest())
+        for f in files:
+            h.update(hashlib.sha256(Path(f).read_bytes()).digest())
+        path = Path(cache_dir).expanduser() / f"sft-{h.hexdigest()[:20]}.npz"
+        if path.is_file():
+            with np.load(path) as z:
+                return cls(z["ids"], z["mask"], z["offsets"], json.loads(str(z["meta"])))
+        ids, masks, lengths, dropped, skipped, n_traj = [], [], [], 0, 0, 0
+        for f in files:
+            for traj in read_jsonl(f):
+                if not _keep(traj, resolved_only):
+                    skipped += 1
+                    continue
+                n_traj += 1
+                for seg_ids, seg_mask in render(traj, tok):
+                    if len(seg_ids) > max_len or not any(seg_mask):
+                        dropped += 1
+                        continue
+                    ids.append(np.asarray(seg_ids, np.int32))
+                    masks.append(np.asarray(seg_mask, np.uint8))
+                    lengths.append(len(seg_ids))
+        if not ids:
+            raise ConfigError(f"no SFT examples: {n_traj} trajectories kept, {skipped} skipped (error or unresolved), "
+                              f"{dropped} segments over max_len={max_len} tokens or without assistant tokens")
+        meta = {"trajectories": n_traj, "skipped_trajectories": skipped, "dropped_segments": dropped,
+                "examples": len(ids), "tokens": int(sum(lengths)), "assistant_tokens": int(sum(m.sum() for m in masks)),
+                "mean_tokens": float(np.mean(lengths)), "max_tokens": int(max(lengths))}
+        ex = cls(np.concatenate(ids), np.concatenate(masks), np.cumsum([0, *lengths]).astype(np.int64), meta)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+        with open(tmp, "wb") as fh:
+            np.savez(fh, ids=ex.ids, mask=ex.mask, offsets=ex.offsets, meta=json.dumps(meta))
+        os.replace(tmp, path)
+        return ex
+
+
+def collate(examples: list[tuple[np.ndarray, np.ndarray]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """ids [B, L] right-padded with pad_id, mask [B, L] (0 on pads); L = the longest example."""
+    L = max(len(i) for i, _ in examples)
+    ids = np.full((len(examples), L), pad_id, np.int64)
+    mask = np.zeros((len(examples), L), np.float32)
+    for r, (i, m) in enumerate(examples):
+        ids[r, :len(i)], mask[r, :len(m)] = i, m
+    return torch.from_numpy(ids), torch.from_numpy(mask)
+
+
+# ----------------------------------------------------------------------------- the loss
+
+def sft_loss(model: Transformer, ids_BL: torch.Tensor, mask_BL: torch.Tensor,
+             mtp: MTPConfig | None = None) -> tuple[torch.Tensor, dict[str, float]]:
+    """The masked next-token loss (+ MTP) of one batch; mask_BL[b, t] = 1 when token t is a target."""
+    x_BT, y_BT, m_BT = ids_BL[:, :-1], ids_BL[:, 1:], mask_BL[:, 1:]
+    use_mtp = mtp is not None and mtp.weight > 0 and len(model.mtp) > 0 and x_BT.shape[1] > 2
+    out = model(x_BT, compute_logits=use_mtp)
+    sel_BT = m_BT > 0
+    logits_NV = out.logits[sel_BT] if use_mtp else model.lm_head(out.hidden[sel_BT])
+    main = F.cross_entropy(logits_NV.float(), y_BT[sel_BT])
+    stats = {"loss_main": float(main), "targets": int(sel_BT.sum())}
+    if not use_mtp:
+        return main, stats
+    hidden = out.hidden.detach() if mtp.detach else out.hidden
+    # depth k's targets are x[:, k+1:]; x[:, t] is a target of the SFT loss iff mask[:, t] = 1
+    weighted, per_depth = mtp_loss(model.mtp_logits(x_BT, hidden), x_BT, mode=mtp.mode, main_logits=out.logits,
+                                   weight=mtp.weight, loss_mask=mask_BL[:, :-1])
+    stats["loss_mtp"] = float(torch.stack(per_depth).mean()) if per_depth else 0.0
+    return main + weighted, stats
+
+
+@torch.no_grad()
+def evaluate(model: Transformer, examples: list[tuple[np.ndarray, np.ndarray]], pad_id: int,
+             batch_size: int) -> float:
+    """Masked next-token loss over `examples` (token mean)."""
+    total, n = 0.0, 0
+    for i in range(0, len(examples), batch_size):
+        ids, mask = collate(examples[i:i + batch_size], pad_id)
+        loss, stats = sft_loss(model, ids, mask, None)
+        total, n = total + float(loss) * stats["targets"], n + stats["targets"]
+    return total / max(n, 1)
+
+
+# ----------------------------------------------------------------------------- the run
+
+def _tokenizer(cfg: SFTConfig) -> Tokenizer:
+    if cfg.tokenizer:
+        return Tokenizer.load(cfg.tokenizer)
+    if (Path(cfg.init_from) / TOKENIZER_FILE).is_file():
+        return Tokenizer.load(cfg.init_from)
+    return bundled_tokenizer()
+
+
+def prepare_data(cfg: SFTConfig, tok: Tokenizer, console: Console, backend=None) -> Examples:
+    """Generate the suite if asked, collect oracle trajectories on it, render and cache them."""
+    d = cfg.data
+    files = [Path(f) for f in d.trajectories]
+    for f in files:
+        if not f.is_file():
+            raise ConfigError(f"data.trajectories: {f} does not exist")
+    if d.suite:
+        suite = Path(d.suite)
+        if not (suite / "suite.toml").is_file():
+            if d.generate is None:
+                raise ConfigError(f"data.suite: {suite} has no suite.toml; generate it (data.generate) or fix the path")
+            from opencomposer.tasks.demo_family import generate_tasks
+
+            generate_tasks(d.generate.n, d.generate.seed, suite, difficulty=d.generate.difficulty, suite_name="demo-train")
+            console.print(f"generated {d.generate.n} demo tasks in {suite}")
+        out = Path(cfg.run_dir) / "sft_data" / TRAJECTORIES
+        from opencomposer.tasks.task import Suite
+
+        n_tasks = len(Suite.load(suite).tasks)
+        t0 = time.perf_counter()
+        with Progress(TextColumn("oracle trajectories"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                      console=console, transient=True) as bar:
+            job = bar.add_task("collect", total=n_tasks, completed=len(read_jsonl(out)) if out.is_file() else 0)
+            trajs = asyncio.run(collect_trajectories(suite, out, agent_config(d.agent), concurrency=d.concurrency,
+                                                     grade=d.grade, backend=backend,
+                                                     on_done=lambda t: bar.advance(job)))
+        console.print(f"{len(trajs)} oracle trajectories on {suite} in {time.perf_counter() - t0:.1f} s -> {out}")
+        files.append(out)
+    if not files:
+        raise ConfigError("no SFT data: set data.suite (oracle trajectories) or data.trajectories (JSONL files)")
+    ex = Examples.build(files, tok, d.max_len, d.cache_dir, d.resolved_only)
+    m = ex.meta
+    console.print(f"SFT data: {m['examples']} examples from {m['trajectories']} trajectories, {m['mean_tokens']:.0f} "
+                  f"tokens each on average ({m['assistant_tokens'] / m['examples']:.0f} assistant tokens), "
+                  f"{m['dropped_segments']} over max_len dropped")
+    return ex
+
+
+def train_sft(cfg: SFTConfig, *, resume: bool = False, console: Console | None = None, backend=None,
+              on_step: Callable[[int, dict], None] | None = None) -> dict[str, Any]:
+    """Run (or continue, with resume) the SFT run `cfg`; returns a summary with the model dir."""
+    console = console or Console()
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    if cfg.deterministic:
+        torch.use_deterministic_algorithms(True, warn_only=True)
+    run_dir = Path(cfg.run_dir)
+    found = ckpt.latest_checkpoint(run_dir)
+    if found is not None and not resume:
+        raise ConfigError(f"{run_dir} already holds SFT checkpoints (newest: {found.name}); pass --resume to "
+                          f"continue, or choose another run_dir")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    config_yaml = yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False)
+    (run_dir / "config.yaml").write_text(config_yaml)
+    tok = _tokenizer(cfg)
+    data = prepare_data(cfg, tok, console, backend)
+    order = np.random.default_rng(cfg.seed).permutation(len(data))
+    n_val = min(cfg.data.val_examples, len(data) // 5)
+    val = [data[int(i)] for i in order[:n_val]]
+    train_idx = order[n_val:]
+    pad = tok.pad_id if tok.pad_id is not None else 0
+
+    state: dict[str, Any] = {}
+    if found is not None:
+        state = ckpt.load_trainer_state(found)
+        model = load_pretrained(found / "model", dtype=torch.float32)
+        torch.set_rng_state(state["rng"])
+    else:
+        if not Path(cfg.init_from).is_dir():
+            raise ConfigError(f"init_from: {cfg.init_from} is not a checkpoint directory (run pretraining first)")
+        model = load_pretrained(cfg.init_from, dtype=torch.float32)
+    if tok.vocab_size > model.config.vocab_size:
+        raise ConfigError(f"the tokenizer has {tok.vocab_size} tokens but the model's vocab_size is "
+                          f"{model.config.vocab_size}; set `tokenizer` to the model's own")
+    model.train()
+    optimizer = make_optimizer(model, cfg)
+    if state:
+        optimizer.load_state_dict(state["optimizer"])
+    step, epoch, index = int(state.get("step", 0)), int(state.get("epoch", 0)), int(state.get("index", 0))
+    metrics = Metrics(run_dir, step, tensorboard=False, active=True)
+    perm = np.random.default_rng([cfg.seed, epoch]).permutation(train_idx)
+    last_val = evaluate(model, val, pad, cfg.batch_size) if val and step == 0 else None
+    if last_val is not None:
+        metrics.log({"step": 0, "val_loss": last_val})
+    console.print(f"[bold]sft[/] {run_dir}: {sum(p.numel() for p in model.parameters()) / 1e6:.1f}M parameters, "
+                  f"{len(train_idx)} train / {len(val)} val examples, {cfg.steps} steps of {cfg.batch_size}"
+                  + (f", resuming at step {step}" if step else "")
+                  + (f"; val loss {last_val:.4f}" if last_val is not None else ""))
+    t_start, saved = time.perf_counter(), step if found is not None else -1
+    try:
+        with Progress(TextColumn("sft"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[info]}"),
+                      TimeElapsedColumn(), console=console) as bar:
+            job = bar.add_task("sft", total=cfg.steps, completed=step, info="")
+            while step < cfg.steps:
+                batch = []
+                while len(batch) < cfg.batch_size:
+                    if index >= len(perm):
+                        epoch, index = epoch + 1, 0
+                        perm = np.random.default_rng([cfg.seed, epoch]).permutation(train_idx)
+                    batch.append(data[int(perm[index])])
+                    index += 1
+                lr = lr_at(cfg.phase, step)
+                for group in optimizer.param_groups:
+                    group["lr"] = lr
+                t0 = time.perf_counter()
+                ids, mask = collate(batch, pad)
+                loss, stats = sft_loss(model, ids, mask, cfg.mtp)
+                loss.backward()
+                grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.optim.grad_clip or float("inf"))
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
+                step += 1
+                record = {"step": step, "loss": float(loss), **stats, "lr": lr, "grad_norm": float(grad_norm),
+                          "epoch": epoch, "tokens": int(ids.numel()), "step_s": time.perf_counter() - t0}
+                if step % cfg.eval_every == 0 or step == cfg.steps:
+                    if val:
+                        last_val = record["val_loss"] = evaluate(model, val, pad, cfg.batch_size)
+                metrics.log(record)
+                bar.update(job, advance=1, info=f"loss {stats['loss_main']:.3f}"
+                           + (f" val {last_val:.3f}" if last_val is not None else ""))
+                if step % cfg.log_every == 0 or step == cfg.steps:
+                    bar.console.print(f"step {step}/{cfg.steps} loss {stats['loss_main']:.4f}"
+                                      + (f" mtp {stats['loss_mtp']:.3f}" if "loss_mtp" in stats else "")
+                                      + (f" val {record['val_loss']:.4f}" if "val_loss" in record else "")
+                                      + f" lr {lr:.2e} epoch {epoch}")
+                if step % cfg.checkpoint_every == 0 or step == cfg.steps:
+                    trainer_state = {"step": step, "epoch": epoch, "index": index, "optimizer": optimizer.state_dict(),
+                                     "rng": torch.get_rng_state(), "examples": len(data)}
+                    ckpt.save_checkpoint(run_dir, step, model, None, trainer_state, config_yaml, tok,
+                                         cfg.keep_checkpoints)
+                    saved = step
+                if on_step is not None:
+                    on_step(step, record)
+        if saved == step:
+            ckpt.publish_model(ckpt.latest_checkpoint(run_dir), run_dir / "model")
+    finally:
+        metrics.close()
+    elapsed = time.perf_counter() - t_start
+    console.print(f"[bold]done[/]: {step} steps in {elapsed:.0f} s; model in {run_dir / 'model'}")
+    return {"run_dir": str(run_dir), "model_dir": str(run_dir / "model"), "steps": step, "train_s": elapsed,
+            "val_loss": last_val, "data": data.meta}

@@ -1,0 +1,377 @@
+"""The demo's task family: one-module mini projects with one templated bug, and their oracle.
+
+`make demo` must show a tiny model, trained on a 2-core CPU in minutes, get better at tasks it
+never trained on. Real bugs are out of reach at that scale, so the demo trains and evaluates on
+this generated family, through the same sandbox, tools, agent loop, grader and hidden tests
+as every other suite. A task:
+
+    <pkg>/<module>.py       1 + difficulty one-line functions, one of them broken
+    tests/test_<module>.py  visible tests of the other functions (pass-to-pass)
+    hidden_tests/...        the full test file: the broken function's test is fail-to-pass
+    instruction             terse, names the function and the file, says what is wrong:
+                            "`add_fee` in shop/core.py subtracts instead of adding."
+
+Bugs come from templates (TEMPLATES): a flipped operator (`-` for `+`, `>` for `>=`), a wrong
+constant, swapped arguments, `min` for `max`. Names (package, module, function, arguments)
+and constants are drawn per task, so held-out tasks are new instances of the same kinds of
+bug, not copies: `generate_tasks(..., exclude=train_ids)` also refuses any instance whose
+broken module text a training task already has (the id carries its hash).
+
+The knob is `difficulty` = distractor functions in the module (0..4): the agent must find
+the named function among them and copy the exact line. A solution is two tool calls,
+`read_file` then `edit_file` with the broken line as old_string, which is what
+`ReadEditOracle` does; `DEMO_AGENT` is the demo's environment: a short system prompt and
+only those two tools (the full tool set's schemas are ~2,100 tokens, which a CPU would spend
+most of its time attending to).
+
+Tasks are validated by construction and in process (the gold function passes every test
+case, the broken one fails at least one; both are evaluated in this process, on code this
+module wrote); tests/tasks/test_demo_family.py also grades a sample through the real grader
+in the sandbox (gold resolves, no change fails). Left out: multi-file bugs and bugs that need
+running the tests to find (the smoke family and mined suites have those).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import random
+import re
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from opencomposer.errors import TaskError
+from opencomposer.harness.agent import AgentConfig, ChatReply
+from opencomposer.tasks.policies import parse_patch
+from opencomposer.tasks.smoke import CREATED, PYPROJECT, REQUIREMENTS
+from opencomposer.tasks.task import (GOLD_PATCH, HIDDEN_DIR, WORKSPACE_DIR, Environment, Source, Stats, Suite,
+                                     SuiteSpec, Task, TaskSpec, TaskTests, patch_stats, tree_diff)
+
+GENERATOR_VERSION = "1"
+MAX_DIFFICULTY = 4
+
+DEMO_SYSTEM_PROMPT = ("You fix bugs in the project in /workspace. Read the file, then fix the bug "
+                      "with edit_file. Reply without tool calls when done.")
+DEMO_AGENT = AgentConfig(system_prompt=DEMO_SYSTEM_PROMPT, tools=["read_file", "edit_file"], max_turns=4,
+                         max_total_tokens=512, max_new_tokens=160, summarize_at=None, context_window=1024)
+"""The demo's environment: tool subset, short prompt, 4 turns (read, edit, answer, one spare)."""
+
+PACKAGES = ["shop", "bank", "garden", "fleet", "clinic", "arcade", "market", "school", "harbor", "studio",
+            "orchard", "depot", "bakery", "museum", "ranch", "lab", "farm", "hotel", "gym", "atlas"]
+MODULES = ["core", "rules", "calc", "pricing", "scores", "limits", "units", "stock", "rates", "utils"]
+VERBS = ["total", "adjust", "check", "scale", "compute", "apply", "count", "measure", "rate", "bound",
+         "score", "weigh", "sum", "shift", "cap", "mark"]
+NOUNS = ["price", "fee", "score", "level", "weight", "bonus", "stock", "speed", "margin", "points", "budget",
+         "load", "rent", "tax", "size", "age"]
+PAIRS = [("a", "b"), ("x", "y"), ("left", "right"), ("base", "extra"), ("n", "m"), ("first", "second"),
+         ("old", "new"), ("p", "q")]
+SINGLES = ["x", "n", "value", "amount", "size", "total", "qty", "v"]
+
+
+@dataclass(frozen=True)
+class Bug:
+    """One way to break a template: the broken expression and the instruction's wording."""
+
+    kind: str
+    """flip_operator | wrong_constant | swapped_arguments | wrong_call."""
+    expr: str
+    """The broken expression, with the template's placeholders ({a}, {b}, {x}, {c}, {w})."""
+    says: str
+    """The instruction; {f} is the function, {path} its file, {c} the right constant."""
+
+
+@dataclass(frozen=True)
+class Template:
+    """A one-line function `def f(params): return expr` and the ways to break it."""
+
+    name: str
+    arity: int
+    expr: str
+    bugs: tuple[Bug, ...]
+    cases: Callable[[random.Random, int], list[tuple]]
+    """Test inputs for constant c (they must tell every bug from the correct expression)."""
+
+
+def _pairs(rng: random.Random, c: int) -> list[tuple]:
+    return [(rng.randint(2, 9), rng.randint(11, 20)), (rng.randint(21, 30), rng.randint(3, 9))]
+
+
+def _around(rng: random.Random, c: int) -> list[tuple]:
+    return [(c,), (c - 1,), (c + 1,), (c + rng.choice([-1, 1]) * rng.randint(2, 5),)]
+
+
+def _one(rng: random.Random, c: int) -> list[tuple]:
+    return [(rng.randint(2, 9),), (rng.randint(10, 30),)]
+
+
+def _ratios(rng: random.Random, c: int) -> list[tuple]:
+    b = rng.randint(2, 5)
+    return [(b * rng.randint(3, 9), b), (rng.randint(2, 3), 8)]
+
+
+TEMPLATES = [
+    Template("add", 2, "{a} + {b}", (Bug("flip_operator", "{a} - {b}", "`{f}` in {path} subtracts instead of adding."),), _pairs),
+    Template("sub", 2, "{a} - {b}", (
+        Bug("swapped_arguments", "{b} - {a}", "`{f}` in {path} has its arguments swapped."),
+        Bug("flip_operator", "{a} + {b}", "`{f}` in {path} adds instead of subtracting.")), _pairs),
+    Template("ratio", 2, "{a} / {b}", (Bug("swapped_arguments", "{b} / {a}", "`{f}` in {path} has its arguments swapped."),),
+             _ratios),
+    Template("scale", 1, "{x} * {c}", (Bug("wrong_constant", "{x} * {w}", "`{f}` in {path} should multiply by {c}."),), _one),
+    Template("offset", 1, "{x} + {c}", (
+        Bug("wrong_constant", "{x} + {w}", "`{f}` in {path} should add {c}."),
+        Bug("flip_operator", "{x} - {c}", "`{f}` in {path} subtracts {c} instead of adding it.")), _one),
+    Template("at_least", 1, "{x} >= {c}", (
+        Bug("flip_operator", "{x} > {c}", "`{f}` in {path} should be true at exactly {c}."),
+        Bug("wrong_constant", "{x} >= {w}", "`{f}` in {path} should compare with {c}.")), _around),
+    Template("below", 1, "{x} < {c}", (Bug("flip_operator", "{x} <= {c}", "`{f}` in {path} should be false at exactly {c}."),),
+             _around),
+    Template("larger", 2, "max({a}, {b})", (Bug("wrong_call", "min({a}, {b})", "`{f}` in {path} should return the larger value."),),
+             _pairs),
+    Template("smaller", 2, "min({a}, {b})", (Bug("wrong_call", "max({a}, {b})", "`{f}` in {path} should return the smaller value."),),
+             _pairs),
+]
+
+
+@dataclass
+class _Func:
+    name: str
+    params: str
+    fill: dict
+    template: Template
+
+    def line(self, expr: str) -> str:
+        return f"def {self.name}({self.params}):\n    return {expr.format(**self.fill)}\n"
+
+    def call(self, expr: str) -> Callable:
+        return eval(f"lambda {self.params}: {expr.format(**self.fill)}")  # our own generated one-liner
+
+
+@dataclass
+class Instance:
+    """One generated task before it is written: files, tests, instruction."""
+
+    id: str
+    package: str
+    module_path: str
+    gold: dict[str, str]
+    broken: dict[str, str]
+    test_path: str
+    tests: dict[str, str]
+    """Test function name -> its source (one per function, in module order)."""
+    broken_test: str
+    instruction: str
+    kind: str
+
+
+def _draw_function(rng: random.Random, template: Template, used: set[str]) -> _Func:
+    while True:
+        name = f"{rng.choice(VERBS)}_{rng.choice(NOUNS)}"
+        if name not in used:
+            used.add(name)
+            break
+    if template.arity == 2:
+        a, b = rng.choice(PAIRS)
+        fill, params = {"a": a, "b": b}, f"{a}, {b}"
+    else:
+        x = rng.choice(SINGLES)
+        fill, params = {"x": x}, x
+    c = rng.randint(2, 12)
+    fill |= {"c": c, "w": c + rng.choice([-1, 1, 2])}
+    return _Func(name, params, fill, template)
+
+
+def _test_source(f: _Func, cases: list[tuple]) -> str:
+    gold = f.call(f.template.expr)
+    lines = [f"def test_{f.name}():"]
+    lines += [f"    assert {f.name}({', '.join(map(repr, args))}) == {gold(*args)!r}" for args in cases]
+    return "\n".join(lines) + "\n"
+
+
+def make_instance(rng: random.Random, difficulty: int) -> Instance:
+    """Draw one task: 1 + difficulty functions in one module, the first drawn one broken."""
+    if not 0 <= difficulty <= MAX_DIFFICULTY:
+        raise TaskError(f"difficulty must be 0..{MAX_DIFFICULTY}, got {difficulty}")
+    pkg, mod = rng.choice(PACKAGES), rng.choice(MODULES)
+    used: set[str] = set()
+    funcs = [_draw_function(rng, t, used) for t in rng.sample(TEMPLATES, 1 + difficulty)]
+    target, bug = funcs[0], rng.choice(funcs[0].template.bugs)
+    rng.shuffle(funcs)  # the broken function anywhere in the module
+    cases = {f.name: f.template.cases(rng, f.fill["c"]) for f in funcs}
+    good, bad = target.call(target.template.expr), target.call(bug.expr)
+    if all(good(*a) == bad(*a) for a in cases[target.name]):
+        raise TaskError(f"demo family: the test cases of {target.name} cannot see bug {bug.kind}")
+    module_path, test_path = f"{pkg}/{mod}.py", f"tests/test_{mod}.py"
+
+    def module(broken: bool) -> str:
+        return "\n\n".join(f.line(bug.expr if broken and f is target else f.template.expr) for f in funcs)
+
+    tests = {f"test_{f.name}": _test_source(f, cases[f.name]) for f in funcs}
+    header = f"from {pkg}.{mod} import {', '.join(f.name for f in funcs)}\n\n\n"
+    gold = {module_path: module(False), test_path: header + "\n\n".join(tests.values()),
+            f"{pkg}/__init__.py": "", "pyproject.toml": PYPROJECT.format(name=pkg)}
+    broken = dict(gold, **{module_path: module(True)})
+    digest = hashlib.sha256(broken[module_path].encode()).hexdigest()[:8]
+    instruction = bug.says.format(f=target.name, path=module_path, c=target.fill["c"])
+    return Instance(f"{pkg}-{target.name.replace('_', '-')}-{bug.kind.replace('_', '-')}-{digest}", pkg,
+                    module_path, gold, broken, test_path, tests, f"test_{target.name}", instruction, bug.kind)
+
+
+def write_task(inst: Instance, out_dir: Path) -> Path:
+    """The task directory: workspace/ without the broken function's test, hidden_tests/ with all."""
+    path = out_dir / inst.id
+    if path.exists():
+        shutil.rmtree(path)
+    visible = dict(inst.broken)
+    others = [src for name, src in inst.tests.items() if name != inst.broken_test]
+    if others:
+        names = [n.removeprefix("test_") for n in inst.tests if n != inst.broken_test]
+        visible[inst.test_path] = (f"from {inst.package}.{Path(inst.module_path).stem} import {', '.join(names)}\n\n\n"
+                                   + "\n\n".join(others))
+    else:
+        del visible[inst.test_path]
+    for sub, files in ((WORKSPACE_DIR, visible), (HIDDEN_DIR, {inst.test_path: inst.gold[inst.test_path]})):
+        for rel, text in files.items():
+            (path / sub / rel).parent.mkdir(parents=True, exist_ok=True)
+            (path / sub / rel).write_text(text)
+    gold_patch = tree_diff({inst.module_path: inst.broken[inst.module_path]},
+                           {inst.module_path: inst.gold[inst.module_path]})
+    (path / GOLD_PATCH).write_text(gold_patch)
+    lines, nfiles = patch_stats(gold_patch)
+    f2p = [f"{inst.test_path}::{inst.broken_test}"]
+    p2p = [f"{inst.test_path}::{n}" for n in inst.tests if n != inst.broken_test]
+    spec = TaskSpec(
+        id=inst.id, instruction=inst.instruction, created=CREATED,
+        source=Source(kind="generated", package=inst.package, version=GENERATOR_VERSION, sha256="generated"),
+        tests=TaskTests(fail_to_pass=f2p, pass_to_pass=p2p, timeout_s=60),
+        environment=Environment(requirements=REQUIREMENTS, test=".venv/bin/python -m pytest -q"),
+        stats=Stats(gold_lines_changed=lines, gold_files_changed=nfiles, instruction_chars=len(inst.instruction)))
+    return Task(path, spec).save()
+
+
+def instance_hash(task_id: str) -> str:
+    """The broken module's hash that ends a demo task id (what `exclude` compares)."""
+    return task_id.rsplit("-", 1)[-1]
+
+
+def generate_tasks(n: int, seed: int, out_dir: Path | str, *, difficulty: int = 1, exclude: set[str] = frozenset(),
+                   suite_name: str = "demo") -> list[Path]:
+    """Write n task directories and a suite.toml under out_dir (deterministic for a seed).
+
+    `exclude`: task ids (e.g. the training suite's) whose instances must not reappear.
+    """
+    out_dir = Path(out_dir)
+    rng = random.Random(f"demo-family/{seed}/{difficulty}")
+    seen = {instance_hash(t) for t in exclude}
+    made: list[Path] = []
+    attempts = 0
+    while len(made) < n:
+        attempts += 1
+        if attempts > 20 * n + 100:
+            raise TaskError(f"demo family: only {len(made)} distinct tasks after {attempts} draws (n={n})")
+        inst = make_instance(rng, difficulty)
+        if instance_hash(inst.id) in seen:
+            continue
+        seen.add(instance_hash(inst.id))
+        made.append(write_task(inst, out_dir))
+    Suite(out_dir, SuiteSpec(
+        name=suite_name, version=GENERATOR_VERSION,
+        description=(f"{n} generated demo tasks (opencomposer.tasks.demo_family, seed {seed}, difficulty "
+                     f"{difficulty}): one-module projects with one templated bug in a one-line function."),
+        tasks=sorted(p.name for p in made),
+        miner={"generator": "demo_family", "seed": seed, "difficulty": difficulty, "n": n}), []).save()
+    return made
+
+
+# ----------------------------------------------------------------------------- the oracle
+
+
+def _strip_common(old: str, new: str) -> tuple[str, str]:
+    """Drop the shared leading indentation and the shared final newline of an edit."""
+    indent = re.match(r"[ \t]*", old).group()
+    if indent and new.startswith(indent):
+        old, new = old[len(indent):], new[len(indent):]
+    if old.endswith("\n") and new.endswith("\n"):
+        old, new = old[:-1], new[:-1]
+    return old, new
+
+
+def minimal_edits(path: str, text: str, hunks) -> list[tuple[str, str]]:
+    """(old_string, new_string) per hunk: only the changed lines, without their indentation and
+    final newline, widened by whole lines only when that text is not unique in the file."""
+    edits, delta = [], 0  # delta: lines added minus removed by earlier hunks
+    for h in hunks:
+        lines = text.splitlines(keepends=True)
+        i = 0
+        while i < min(len(h.old), len(h.new)) and h.old[i] == h.new[i]:
+            i += 1
+        j = 0
+        while j < min(len(h.old), len(h.new)) - i and h.old[-1 - j] == h.new[-1 - j]:
+            j += 1
+        start = h.index + delta
+        a, b = start + i, start + len(h.old) - j  # the changed lines of the current text
+        core = h.new[i:len(h.new) - j]
+        old, new = _strip_common("".join(lines[a:b]), "".join(core))
+        lo, hi = a, b
+        while not old or text.count(old) != 1:
+            if lo == 0 and hi == len(lines):
+                raise TaskError(f"{path}: no unique old_string for the hunk @@ -{h.old_start}")
+            lo, hi = max(lo - 1, 0), min(hi + 1, len(lines))
+            old, new = "".join(lines[lo:hi]), "".join(lines[lo:a] + core + lines[b:hi])
+        edits.append((old, new))
+        text = text.replace(old, new, 1)
+        delta += len(h.new) - len(h.old)
+    return edits
+
+
+def _call(k: int, name: str, **arguments) -> dict:
+    return {"id": f"oracle_{k}", "type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}
+
+
+class ReadEditOracle:
+    """The demo's SFT teacher (any generated task): read every file the gold patch modifies,
+    then one minimal `edit_file` per hunk, then a short answer. Scores 100% like
+    OraclePolicy, with the trajectory a person would write: look, then change one line."""
+
+    name = "oracle:read-edit"
+
+    def __init__(self, task: Task, final: str = "Done."):
+        if task.spec.source.kind != "generated":
+            raise TaskError(f"{task.id}: ReadEditOracle needs a generated task (a workspace/ to read)")
+        files = parse_patch(task.gold_patch)
+        if any(fp.kind != "modify" for fp in files):
+            raise TaskError(f"{task.id}: ReadEditOracle handles gold patches that only modify files")
+        reads, edits = [], []
+        for fp in files:
+            reads.append(_call(len(reads), "read_file", path=fp.path))
+            text = (task.workspace_dir / fp.path).read_text()
+            edits += [(fp.path, old, new) for old, new in minimal_edits(fp.path, text, fp.hunks)]
+        self.plan = [
+            {"role": "assistant", "content": "", "tool_calls": reads},
+            {"role": "assistant", "content": "", "tool_calls": [
+                _call(len(reads) + k, "edit_file", path=p, old_string=o, new_string=n) for k, (p, o, n) in enumerate(edits)]},
+            {"role": "assistant", "content": final}]
+
+    async def chat(self, messages: list[dict], tools: list[dict]) -> ChatReply:
+        done = sum(m["role"] == "assistant" for m in messages)
+        return ChatReply(self.plan[min(done, len(self.plan) - 1)])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description="Generate demo-family tasks (see the module docstring).")
+    ap.add_argument("--n", type=int, default=64)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--difficulty", type=int, default=1)
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--exclude-suite", type=Path, help="A suite whose instances must not reappear (held-out split).")
+    ap.add_argument("--name", default="demo")
+    args = ap.parse_args()
+    exclude = {p.name for p in args.exclude_suite.iterdir()} if args.exclude_suite else set()
+    paths = generate_tasks(args.n, args.seed, args.out, difficulty=args.difficulty, exclude=exclude, suite_name=args.name)
+    print(f"{len(paths)} tasks in {args.out}")
+
+
+if __name__ == "__main__":
+    main()
