@@ -11,7 +11,7 @@ import typer
 from opencomposer.engine.cli import serve
 from opencomposer.eval.cli import eval_command, report_command
 from opencomposer.harness.cli import app as tool_app
-from opencomposer.pretrain.cli import pretrain
+from opencomposer.pretrain.cli import pretrain, sft
 from opencomposer.rl.cli import rl
 from opencomposer.sandbox.cli import app as sandbox_app
 from opencomposer.tasks.cli import app as tasks_app
@@ -26,6 +26,7 @@ app.command("report")(report_command)
 app.command("serve")(serve)
 app.command("rl")(rl)
 app.command("pretrain")(pretrain)
+app.command("sft")(sft)
 
 
 @app.command()
