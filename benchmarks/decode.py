@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import copy
 import json
 import statistics
 import tempfile
@@ -184,15 +185,19 @@ def main() -> None:
     bw, mm_rate = machine_rates()
     out.update(bandwidth_GBps=bw / 1e9, matmul_GFLOPs=mm_rate / 1e9)
 
-    engine = Engine(model, max_slots=args.batch, max_len=max_len)
+    engine = Engine(copy.deepcopy(model), max_slots=args.batch, max_len=max_len)
     for B in (1, args.batch):
         tps, outputs, extra = bench_engine(engine, prompts[:B], args.new_tokens, args.repeats)
         out[f"engine_tps_b{B}"] = tps
         out[f"engine_step_ms_b{B}"] = extra["step_ms_median"]
         out[f"engine_outputs_b{B}"] = outputs
     lag_med, lag_max = asyncio.run(event_loop_lag(engine, prompts, args.new_tokens))
-    out.update(event_loop_lag_ms_median=lag_med, event_loop_lag_ms_max=lag_max)
+    out.update(event_loop_lag_ms_median=lag_med, event_loop_lag_ms_max=lag_max, prepacked=engine.prepacked)
     engine.stop()
+    eager = Engine(copy.deepcopy(model), max_slots=args.batch, max_len=max_len, prepack_weights=False)
+    tps, outputs, extra = bench_engine(eager, prompts, args.new_tokens, args.repeats)
+    out.update(engine_eager_kernels_tps=tps, engine_eager_kernels_step_ms=extra["step_ms_median"])
+    eager.stop()
 
     if not args.skip_transformers:
         with tempfile.TemporaryDirectory() as d:
@@ -213,7 +218,7 @@ def main() -> None:
                fraction_of_limit=1e3 * limit_s / out[f"engine_step_ms_b{args.batch}"])
 
     if cfg.num_mtp_modules:
-        spec = Engine(model, max_slots=args.batch, max_len=max_len, speculative_depth=cfg.num_mtp_modules)
+        spec = Engine(copy.deepcopy(model), max_slots=args.batch, max_len=max_len, speculative_depth=cfg.num_mtp_modules)
         for B in (1, args.batch):
             tps, outputs, extra = bench_engine(spec, prompts[:B], args.new_tokens, args.repeats)
             out[f"spec_tps_b{B}"] = tps
@@ -240,6 +245,8 @@ def main() -> None:
             line += (f"   transformers {out[f'transformers_tps_b{b}']:7.0f} tok/s   x{out[f'speedup_b{b}']:.1f}"
                      f"   same outputs {out[f'same_outputs_b{b}']}")
         print(line)
+    print(f"batch {B} with eager kernels (prepack_weights=False): {out['engine_eager_kernels_tps']:.0f} tok/s, "
+          f"step {out['engine_eager_kernels_step_ms']:.2f} ms")
     print(f"batch {B} decode step: {out[f'engine_step_ms_b{B}']:.2f} ms measured, limit {out['limit_step_ms']:.2f} ms "
           f"({out['limit_bound']}-bound: {nbytes / 1e6:.1f} MB, {flops / 1e6:.0f} MFLOP; experts used per layer "
           f"{used}) -> {100 * out['fraction_of_limit']:.0f}% of the limit")

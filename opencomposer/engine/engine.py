@@ -50,7 +50,7 @@ from typing import Callable, Iterable
 import numpy as np
 import torch
 
-from opencomposer.engine import speculative
+from opencomposer.engine import kernels, speculative
 from opencomposer.engine.sampling import sample, sampling_probs, token_logprobs
 from opencomposer.engine.types import GenerationRequest, GenerationResult
 from opencomposer.errors import CheckpointError
@@ -120,13 +120,16 @@ class Engine:
 
     max_slots: sequences decoded together (KV cache slots). max_len: context of one sequence,
     prompt + output. speculative_depth: k MTP draft tokens per step (0: plain decoding; at most
-    the model's num_mtp_modules). dtype: cast the model (which the engine then owns) and its
-    cache; None keeps the model's dtype. num_threads: torch intra-op threads (None: unchanged).
+    the model's num_mtp_modules). dtype: cast the model and its cache; None keeps the model's
+    dtype. prepack_weights: on CPU, swap the linear layers and experts for oneDNN kernels with
+    prepacked weights (kernels.py; same parameters and state_dict, eager under autograd).
+    num_threads: torch intra-op threads (None: unchanged). The engine owns `model`: it is cast
+    and its modules swapped in place (pass a copy to keep an untouched one).
     """
 
     def __init__(self, model: Transformer, *, max_slots: int = 32, max_len: int = 4096,
                  speculative_depth: int = 0, dtype: torch.dtype | None = None,
-                 num_threads: int | None = None):
+                 prepack_weights: bool = True, num_threads: int | None = None):
         cfg = model.config
         if not 0 <= speculative_depth <= cfg.num_mtp_modules:
             raise ValueError(f"speculative_depth={speculative_depth} needs that many MTP modules; the model "
@@ -137,9 +140,12 @@ class Engine:
             torch.set_num_threads(num_threads)
         self.model = model.to(dtype).eval() if dtype is not None else model.eval()
         self.dtype = next(self.model.parameters()).dtype
+        device = next(self.model.parameters()).device
+        self.prepacked = prepack_weights and device.type == "cpu" and kernels.available()
+        if self.prepacked:
+            kernels.prepack(self.model)
         self.max_slots, self.max_len, self.k = max_slots, max_len, speculative_depth
         self.vocab_size = cfg.vocab_size
-        device = next(self.model.parameters()).device
         # k positions of headroom: a verify forward near the end of the context writes drafts there.
         self.cache = KVCache(cfg, max_slots, max_len + speculative_depth, dtype=self.dtype, device=device)
         W = speculative.window(speculative_depth)

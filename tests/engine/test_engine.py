@@ -2,6 +2,7 @@
 rules, concurrency, weight updates, router replay of the engine's routing, bad input."""
 
 import asyncio
+import copy
 import threading
 
 import numpy as np
@@ -37,7 +38,7 @@ def model():
 
 @pytest.fixture(scope="module")
 def engine(model):
-    e = Engine(model, max_slots=6, max_len=48)
+    e = Engine(copy.deepcopy(model), max_slots=6, max_len=48)
     yield e
     e.stop()
 
@@ -117,7 +118,7 @@ def test_stop_tokens_max_tokens_and_context_limit(model, engine):
 
 async def test_concurrent_requests_arriving_at_different_times(model):
     """More requests than slots, of different lengths, arriving while others decode."""
-    engine = Engine(model, max_slots=3, max_len=64)
+    engine = Engine(copy.deepcopy(model), max_slots=3, max_len=64)
     ps = prompts(7, seed=6, max_len=20)
     lengths = [5, 17, 9, 30, 3, 12, 21]
 
@@ -181,8 +182,8 @@ def perturbed_state(model, scale=0.5, seed=1):
 
 async def test_weight_update_mid_request_changes_policy_versions():
     model = tiny_model(seed=2)
-    engine = Engine(model, max_slots=2, max_len=400)
     new_state = perturbed_state(model)
+    engine = Engine(copy.deepcopy(model), max_slots=2, max_len=400)
     async with engine:
         task = asyncio.create_task(engine.generate(GenerationRequest([1, 2, 3], greedy(300))))
         while not (engine._running and len(engine._running[0].output) >= 5):
@@ -194,6 +195,7 @@ async def test_weight_update_mid_request_changes_policy_versions():
     switch = r.policy_versions.index(1)
     assert switch >= 5 and r.policy_versions == [0] * switch + [1] * (300 - switch)
     assert after.policy_versions == [1] * 10
+    model.load_state_dict(new_state)
     assert full_logprobs(model, [1, 2, 3], after.output_ids)[0].tolist() == after.output_ids
     assert engine.update_weights({}, version=7) == 7
 
@@ -237,7 +239,7 @@ async def test_bad_requests_fail_before_queueing_and_engine_keeps_serving(engine
 
 
 async def test_cancelled_request_frees_its_slot(model):
-    engine = Engine(model, max_slots=1, max_len=4000)
+    engine = Engine(copy.deepcopy(model), max_slots=1, max_len=4000)
     async with engine:
         task = asyncio.create_task(engine.generate(GenerationRequest([1, 2], greedy(3900))))
         while not engine.num_running:
@@ -250,7 +252,7 @@ async def test_cancelled_request_frees_its_slot(model):
 
 
 def test_stop_aborts_requests_in_flight(model):
-    engine = Engine(model, max_slots=1, max_len=4000)
+    engine = Engine(copy.deepcopy(model), max_slots=1, max_len=4000)
     results = []
     t = threading.Thread(target=lambda: results.extend(engine.generate_batch(
         [GenerationRequest([1], greedy(3900)), GenerationRequest([2], greedy(5))])))
@@ -262,3 +264,32 @@ def test_stop_aborts_requests_in_flight(model):
     assert [r.finish_reason for r in results] == ["abort", "abort"]
     assert 0 < len(results[0].output_ids) < 3900 and results[1].output_ids == []
     assert engine.generate_batch([GenerationRequest([3], greedy(2))])[0].finish_reason == "length"
+
+
+# ---- prepacked kernels ---------------------------------------------------------------------
+
+def test_prepacked_kernels_match_eager_and_keep_training_exact():
+    model = tiny_model(seed=6)
+    eager = Engine(copy.deepcopy(model), max_slots=4, max_len=40, prepack_weights=False)
+    packed = Engine(copy.deepcopy(model), max_slots=4, max_len=40)
+    assert packed.prepacked and not eager.prepacked
+    assert list(packed.model.state_dict()) == list(model.state_dict())
+    reqs = [GenerationRequest(p, greedy(20)) for p in prompts(4, seed=13)]
+    for a, b in zip(eager.generate_batch(reqs), packed.generate_batch(reqs)):
+        assert a.output_ids == b.output_ids
+        np.testing.assert_allclose(a.logprobs, b.logprobs, atol=1e-5)
+    # Training through the swapped model is the eager model's (the oneDNN op has no backward).
+    ids = torch.tensor(prompts(2, seed=14, min_len=9, max_len=9))
+    for m in (model, packed.model):
+        m.zero_grad()
+        torch.log_softmax(m(ids).logits, -1)[..., 0].sum().backward()
+    for (name, p), q in zip(model.named_parameters(), packed.model.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, msg=name)
+    # An in-place change of the weights (here not through update_weights) is seen at once.
+    with torch.no_grad():
+        packed.model.lm_head.weight.mul_(-1)
+        model.lm_head.weight.mul_(-1)
+    r = packed.generate_batch(reqs[:1])[0]
+    assert full_logprobs(model, reqs[0].input_ids, r.output_ids)[0].tolist() == r.output_ids
+    eager.stop()
+    packed.stop()

@@ -2,6 +2,7 @@
 sampled output distributed as the target model's (a chi-square test against the exact
 distribution of the next three tokens, enumerated)."""
 
+import copy
 import math
 
 import numpy as np
@@ -87,7 +88,7 @@ def test_greedy_speculative_with_stop_tokens_inside_an_accepted_chunk():
 def test_speculative_logprobs_replay_to_target_logprobs():
     """Accepted tokens carry the target model's logprobs and routing at their positions."""
     model = draftable_model()
-    spec = Engine(model, max_slots=4, max_len=64, speculative_depth=2)
+    spec = Engine(copy.deepcopy(model), max_slots=4, max_len=64, speculative_depth=2)
     ps = prompts(4, seed=12)
     results = spec.generate_batch([GenerationRequest(p, SamplingParams(temperature=1.0, max_new_tokens=20, seed=i),
                                                      return_routed_experts=True, return_prompt_routed_experts=True)
@@ -142,7 +143,7 @@ def chi_square_p_value(counts: np.ndarray, expected_probs: np.ndarray) -> float:
 def test_sampled_speculative_output_has_the_target_distribution(depth, sp):
     model = draftable_model(vocab_size=8, seed=5)
     prompt, N = [1, 4, 2, 7], 3000
-    engine = Engine(model, max_slots=64, max_len=16, speculative_depth=depth)
+    engine = Engine(copy.deepcopy(model), max_slots=64, max_len=16, speculative_depth=depth)
     results = engine.generate_batch([GenerationRequest(prompt, SamplingParams(**{**sp.__dict__, "seed": i}))
                                      for i in range(N)])
     engine.stop()
