@@ -47,6 +47,7 @@ import zipfile
 from dataclasses import asdict, dataclass, field
 from email.parser import Parser
 from pathlib import Path
+from typing import Iterator
 
 from opencomposer.errors import TaskError
 from opencomposer.sandbox.base import Backend, Image
@@ -214,8 +215,9 @@ def eligible(fc: FunctionCoverage, max_tests: int) -> bool:
     return bool(fc.tests) and not fc.import_time and not u.is_stub and u.body_lines >= 2 and len(fc.tests) <= max_tests
 
 
-def feature_candidates(cov: dict, n_tests: int, settings: Settings, rng: random.Random) -> list[Candidate]:
-    """Groups of functions across >= 2 files exercised by overlapping tests (see module docstring)."""
+def feature_candidates(cov: dict, n_tests: int, settings: Settings, rng: random.Random,
+                       limit: int = 10**9) -> list[Candidate]:
+    """Up to `limit` groups of functions across >= 2 files exercised by overlapping tests (module docstring)."""
     max_tests = max(3, int(settings.max_f2p_frac * n_tests))
     pool = sorted((fc for fc in cov.values() if eligible(fc, max_tests)),
                   key=lambda fc: (-fc.unit.body_lines, fc.key))
@@ -225,6 +227,8 @@ def feature_candidates(cov: dict, n_tests: int, settings: Settings, rng: random.
     seen: set[frozenset] = set()
     out = []
     for seed in pool:
+        if len(out) >= limit:
+            break
         if used.get(seed.key, 0):
             continue
         target = rng.randint(*settings.lines)
@@ -259,19 +263,20 @@ def feature_candidates(cov: dict, n_tests: int, settings: Settings, rng: random.
 
 
 def variant_candidates(cov: dict, sources: dict[str, str], n_tests: int, settings: Settings,
-                       rng: random.Random) -> list[Candidate]:
-    """Procedural bugs, one per (function, kind, site), shuffled; larger functions first."""
+                       rng: random.Random) -> Iterator[Candidate]:
+    """Procedural bugs: (function, kind) pairs in a seeded order, each at a random site.
+
+    Lazy, because counting sites parses the file with libcst (seconds for a 5,000-line
+    module) and only a few variants are wanted.
+    """
     max_tests = max(3, int(settings.max_f2p_frac * n_tests))
-    out = []
-    for fc in sorted(cov.values(), key=lambda fc: fc.key):
-        if not eligible(fc, max_tests) or fc.unit.body_lines < 4:
-            continue
-        for kind in KINDS:
-            n = mutation_sites(sources[fc.path], fc.unit.key, kind)
-            if n:
-                out.append(Candidate(kind, [fc], rng.randrange(n)))
-    rng.shuffle(out)
-    return out
+    pairs = [(fc, kind) for fc in sorted(cov.values(), key=lambda fc: fc.key)
+             if eligible(fc, max_tests) and fc.unit.body_lines >= 4 for kind in KINDS]
+    rng.shuffle(pairs)
+    for fc, kind in pairs:
+        n = mutation_sites(sources[fc.path], fc.unit.key, kind)
+        if n:
+            yield Candidate(kind, [fc], rng.randrange(n))
 
 
 # ---------------------------------------------------------------- the miner
@@ -371,7 +376,7 @@ class Miner:
         sources = self.sources(baseline)
         cov = coverage_map(baseline, sources)
         rng = random.Random(s.seed)
-        features = feature_candidates(cov, len(baseline.passed()), s, rng)
+        features = feature_candidates(cov, len(baseline.passed()), s, rng, limit=4 * s.max_tasks)
         variants = variant_candidates(cov, sources, len(baseline.passed()), s, rng)
         quota = {"feature": s.max_tasks - s.variants, "variant": s.variants}
         have = {"feature": 0, "variant": 0}
