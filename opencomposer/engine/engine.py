@@ -177,7 +177,10 @@ class Engine:
         fut = loop.create_future()
 
         def deliver(result: GenerationResult | BaseException) -> None:
-            loop.call_soon_threadsafe(_resolve, fut, result)
+            try:
+                loop.call_soon_threadsafe(_resolve, fut, result)
+            except RuntimeError:  # the caller's loop is closed: nobody is waiting any more
+                pass
 
         seq = self._make_seq(request, deliver)
         self._submit([seq])
