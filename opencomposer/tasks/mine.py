@@ -441,12 +441,12 @@ class Miner:
         if len(p2p) > s.max_p2p:
             p2p = sorted(random.Random(tid).sample(p2p, s.max_p2p))
         for attempt in range(2):
-            path = self.write_task(cand, tid, sources, broken, f2p, p2p, self.out / ".staging" / tid)
+            path = self.write_task(cand, tid, sources, broken, f2p, p2p, self.state_dir / "staging" / tid)
             result = validate_task(Task.load(path), runs=s.runs, backend=self.backend)
             if result.valid:
                 dest = self.out / tid
                 shutil.rmtree(dest, ignore_errors=True)
-                path.rename(dest)
+                shutil.move(path, dest)
                 return None
             flaky = set(result.flaky)
             shutil.rmtree(path, ignore_errors=True)
@@ -507,7 +507,6 @@ class Miner:
         packages = sorted(set(spec.miner.get("packages", [])) | {f"{self.name}=={self.version}"})
         spec.miner = {"miner_version": MINER_VERSION, **settings, "packages": packages}
         Suite(self.out, spec, []).save()
-        shutil.rmtree(self.out / ".staging", ignore_errors=True)
 
 
 def mine(out: Path, *, package: str | None = None, sdist: Path | None = None, settings: Settings | None = None,
