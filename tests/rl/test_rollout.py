@@ -54,7 +54,7 @@ async def test_oracle_rollouts_resolve_with_exact_token_records(task):
     assert g.oldest_version() == 0 and g.start_version == 3
 
 
-async def test_a_group_of_oracle_and_noop_gives_opposite_advantages_on_every_segment(task):
+async def test_a_group_of_oracle_and_noop_gives_opposite_advantages(task):
     policies = iter([oracle, noop])
     g = await run_group(task, lambda t: next(policies)(t), CFG, RewardConfig())
     resolved = {r.trajectory.grade["resolved"] for r in g.rollouts}
