@@ -3,6 +3,7 @@ crashed sandbox, malformed-call floods, and samples with the advantage on every 
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from opencomposer.engine.fake import assistant_reply
@@ -70,6 +71,11 @@ async def test_a_group_of_oracle_and_noop_gives_opposite_advantages(task):
         seg = r.trajectory.segments[0]
         assert s.token_ids.tolist() == seg.token_ids and s.loss_mask.tolist() == [bool(m) for m in seg.loss_mask]
         assert s.routed_experts.shape == seg.routed_experts.shape and s.oldest_version() == 0
+        # Sample row t = the forward at input position t, which produced token t + 1
+        expected = ScriptedTokenPolicy(TOK, []).experts(s.token_ids[1:])
+        produced = s.loss_mask[1:]
+        assert np.array_equal(s.routed_experts[:-1][produced], expected[produced])
+        assert (s.routed_experts[:-1][~produced] == -1).all() and (s.routed_experts[-1] == -1).all()
 
 
 async def test_a_flood_of_malformed_calls_is_penalised_not_fatal(task):
