@@ -328,14 +328,14 @@ def sft_loss(model: Transformer, ids_BL: torch.Tensor, mask_BL: torch.Tensor,
     sel_BT = m_BT > 0
     logits_NV = out.logits[sel_BT] if use_mtp else model.lm_head(out.hidden[sel_BT])
     main = F.cross_entropy(logits_NV.float(), y_BT[sel_BT])
-    stats = {"loss_main": float(main), "targets": int(sel_BT.sum())}
+    stats = {"loss_main": float(main.detach()), "targets": int(sel_BT.sum())}
     if not use_mtp:
         return main, stats
     hidden = out.hidden.detach() if mtp.detach else out.hidden
     # depth k's targets are x[:, k+1:]; x[:, t] is a target of the SFT loss iff mask[:, t] = 1
     weighted, per_depth = mtp_loss(model.mtp_logits(x_BT, hidden), x_BT, mode=mtp.mode, main_logits=out.logits,
                                    weight=mtp.weight, loss_mask=mask_BL[:, :-1])
-    stats["loss_mtp"] = float(torch.stack(per_depth).mean()) if per_depth else 0.0
+    stats["loss_mtp"] = float(torch.stack(per_depth).mean().detach()) if per_depth else 0.0
     return main + weighted, stats
 
 
@@ -474,7 +474,7 @@ def train_sft(cfg: SFTConfig, *, resume: bool = False, console: Console | None =
                 optimizer.step()
                 optimizer.zero_grad(set_to_none=True)
                 step += 1
-                record = {"step": step, "loss": float(loss), **stats, "lr": lr, "grad_norm": float(grad_norm),
+                record = {"step": step, "loss": float(loss.detach()), **stats, "lr": lr, "grad_norm": float(grad_norm),
                           "epoch": epoch, "tokens": int(ids.numel()), "step_s": time.perf_counter() - t0}
                 if step % cfg.eval_every == 0 or step == cfg.steps:
                     if val:
