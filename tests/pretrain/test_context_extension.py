@@ -34,7 +34,7 @@ def test_yarn_extension_keeps_short_loss_and_handles_long_sequences(make_config)
         phases=[{"name": "main", "steps": 20, "seq_len": SHORT, "batch_size": 8, "lr": 3e-3, "warmup_steps": 3},
                 {"name": "extend", "steps": 4, "seq_len": LONG, "batch_size": 2, "lr": 1e-3, "warmup_steps": 1,
                  "yarn_factor": LONG / SHORT}],
-        checkpoint_every=20, keep_checkpoints=3, eval_every=100, threads=2)
+        checkpoint_every=20, keep_checkpoints=3, eval_every=100)
     base["model"]["max_position_embeddings"] = SHORT
     cfg = parse_config(base)
     train(cfg)
