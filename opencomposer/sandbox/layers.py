@@ -17,7 +17,8 @@ file copies that one file up. Operations:
   paths in the workspace's own layers (its snapshots and upper), see diff.py.
 - `close()`: kill running commands, unmount, delete the workspace dir, release layers.
   Idempotent; a finalizer does the same if a workspace is garbage-collected or the
-  interpreter exits; `gc()` cleans up after a crash (dirs and mounts of dead pids).
+  interpreter exits; `gc()` cleans up after a crash (mounts, dirs and cgroups of dead
+  pids), and runs once per process when a backend first opens a store.
 
 Layers the store made are reference-counted by the Images and open Workspaces that use
 them and deleted when the last one goes. `Backend.image_from_dir(DIR)` uses DIR *in place*
@@ -366,6 +367,9 @@ class InPlaceWorkspace(_Exec):
         self.close()
 
 
+_collected: set[Path] = set()
+
+
 class OverlayBackend:
     """What bwrap and gVisor share: the layer store, images and workspaces. Subclasses say how
     to launch one command over a workspace root (`launch_spec`)."""
@@ -375,6 +379,9 @@ class OverlayBackend:
     def __init__(self, store_dir: Path | str | None = None):
         self.check()
         self.store = LayerStore(store_dir)
+        if self.store.root not in _collected:  # once per process: what crashed runs left behind
+            _collected.add(self.store.root)
+            gc(self.store.root)
 
     def check(self) -> None:
         """Raise SetupError (with the install command) if the backend's binaries are missing."""

@@ -158,6 +158,11 @@ def test_gc_cleans_up_after_a_crashed_process(store, project):
     assert len(removed["mounts"]) == 1 and len(removed["dirs"]) == 2
     assert mounts_under(store) == []
     assert list((store / "ws").iterdir()) == [] and list((store / "l").iterdir()) == []
+    # the first backend a process opens on a store collects too
+    subprocess.run([sys.executable, "-c", crash], check=True)
+    check = f"from opencomposer.sandbox.bwrap import BwrapBackend; BwrapBackend({str(store)!r})"
+    subprocess.run([sys.executable, "-c", check], check=True)
+    assert mounts_under(store) == [] and list((store / "ws").iterdir()) == []
 
 
 def test_in_place_workspace_edits_the_host_dir_and_refuses_layer_ops(backend, project):
