@@ -129,6 +129,21 @@ def run_trl(workdir: Path, steps: int) -> dict:
     return {"completion_tokens": int(tokens), "seconds": seconds, "tokens_per_s": tokens / seconds}
 
 
+@contextlib.contextmanager
+def stdout_to_stderr():
+    """Send everything written to stdout (Python's sys.stdout and file descriptor 1) to stderr."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="print one JSON object")
@@ -144,7 +159,7 @@ def main() -> None:
 
     hf_logging.disable_progress_bar()
     # TRL prints its per-step logs on stdout; keep stdout for this script's figures (and --json)
-    with tempfile.TemporaryDirectory() as tmp, contextlib.redirect_stdout(sys.stderr):
+    with tempfile.TemporaryDirectory() as tmp, stdout_to_stderr():
         tmp = Path(tmp)
         oc = run_opencomposer(tmp, args.steps)
         trl = run_trl(tmp, args.steps)

@@ -38,7 +38,7 @@ import torch
 
 from opencomposer.config import RLConfig, RewardFunctionConfig, config_diff, save_config
 from opencomposer.engine.types import GenerationRequest, GenerationResult, SamplingParams
-from opencomposer.errors import ConfigError
+from opencomposer.errors import ConfigError, InferenceError
 from opencomposer.model.tokenizer import Tokenizer, bundled_tokenizer
 from opencomposer.rl.buffer import DataCursor, Group, GroupBuffer, Sample
 from opencomposer.rl.checkpoint import Checkpointer, set_rng_state
@@ -346,7 +346,8 @@ def run_single_turn(cfg: RLConfig, *, resume: bool = False, prompts: Sequence[Pr
             cursor.release(lost)  # every completion aborted: try the prompt again later
             t_gen = time.perf_counter() - t0
             if not groups:
-                continue
+                raise InferenceError(f"the engine finished no completion for prompts {ids[:5]}: every request "
+                                     f"was aborted (see the engine's log)")
             metrics = trainer.step(groups)
             cursor.mark_trained(g.task_id for g in groups)
             stats = sync.sync(model, trainer.version)
@@ -387,9 +388,11 @@ def _save(ckpt: Checkpointer, step: int, trainer: Trainer, cursor: DataCursor, b
 def _progress(enabled: bool, total: int, done: int):
     if not enabled:
         return None
+    from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                        console=Console(stderr=True))  # stdout is left for the run's JSON summary
     task = progress.add_task(f"step {done}", total=total, completed=done)
     progress.start()
     return progress, task
