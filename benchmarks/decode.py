@@ -8,10 +8,11 @@ vocab 4096, one MTP module) with random weights, or a checkpoint (--model DIR). 
 runs the same weights: saved with opencomposer.model.save_pretrained and read back by
 `Qwen3MoeForCausalLM.from_pretrained`. Both decode the same prompts greedily (batch 1 and 16,
 --new-tokens each, float32); tokens/s = generated tokens / wall time of the whole call
-(prefill included), median of --repeats runs.
+(prefill included), median of --repeats rounds in which every variant runs once, round-robin
+(the machine is shared: a busy spell then slows all variants alike, not just one).
 
 Machine limit: the benchmark measures the read bandwidth (sum of a 512 MiB tensor) and the
-fp32 matmul rate (2048^3 matmul) with the same thread count. One decode step of B rows reads
+fp32 matmul rate (2048^3 matmul) with the same thread count, once per round (medians). One decode step of B rows reads
 the weights it uses once (attention and router of every layer, the experts any row was routed
 to at that step, the output head, B embedding rows) plus the KV cache of every row, and does
 2 * B * (active parameters) + 4 * B * H * C * context flops. Its limit is the larger of
@@ -94,41 +95,59 @@ def step_cost(model: Transformer, B: int, context: float, experts_used: list[int
     return read * size, flops
 
 
-# ---- the two implementations ------------------------------------------------------------
+# ---- the runners: each call is one timed generation of B greedy completions ---------------
 
-def bench_transformers(path: str, prompts: list[list[int]], new_tokens: int, repeats: int) -> tuple[float, list]:
-    import transformers
-    from transformers import Qwen3MoeForCausalLM
+class TransformersRunner:
+    def __init__(self, path: str, new_tokens: int):
+        import transformers
+        from transformers import Qwen3MoeForCausalLM
 
-    transformers.logging.set_verbosity_error()  # the MTP tensors are "unexpected" to it, by design
+        transformers.logging.set_verbosity_error()  # the MTP tensors are "unexpected" to it, by design
+        self.hf = Qwen3MoeForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+        self.new_tokens = new_tokens
 
-    hf = Qwen3MoeForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
-    ids = torch.tensor(prompts)
-
-    def run():
+    def __call__(self, prompts: list[list[int]]) -> list[list[int]]:
+        ids = torch.tensor(prompts)
         with torch.inference_mode():
-            out = hf.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=new_tokens,
-                              min_new_tokens=new_tokens, do_sample=False, pad_token_id=0)
+            out = self.hf.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=self.new_tokens,
+                                   min_new_tokens=self.new_tokens, do_sample=False, pad_token_id=0)
         return out[:, ids.shape[1]:].tolist()
 
-    run()  # warm-up
-    t, out = median_time(run, repeats)
-    return len(prompts) * new_tokens / t, out
+
+class EngineRunner:
+    def __init__(self, engine: Engine, new_tokens: int):
+        self.engine, self.new_tokens = engine, new_tokens
+        self.step_s: dict[int, list[float]] = {}
+
+    def __call__(self, prompts: list[list[int]]) -> list[list[int]]:
+        st = self.engine.stats
+        st.recent_steps.clear()
+        results = self.engine.generate_batch(
+            [GenerationRequest(p, SamplingParams(temperature=0, max_new_tokens=self.new_tokens)) for p in prompts])
+        self.step_s.setdefault(len(prompts), []).extend(dt for rows, dt in st.recent_steps if rows == len(prompts))
+        return [r.output_ids for r in results]
 
 
-def bench_engine(engine: Engine, prompts: list[list[int]], new_tokens: int, repeats: int) -> tuple[float, list, dict]:
-    reqs = [GenerationRequest(p, SamplingParams(temperature=0, max_new_tokens=new_tokens)) for p in prompts]
-    engine.generate_batch(reqs[:1])  # warm-up
-    st = engine.stats
-    st.recent_steps.clear()
-    before = (st.spec_accepted, st.spec_proposed)
-    t, results = median_time(lambda: engine.generate_batch(reqs), repeats)
-    full = [dt for rows, dt in st.recent_steps if rows == len(prompts)]
-    accepted, proposed = st.spec_accepted - before[0], st.spec_proposed - before[1]
-    extra = {"step_ms_median": 1e3 * statistics.median(full) if full else None,
-             "acceptance": accepted / proposed if proposed else None,
-             "tokens_per_step": 1 + engine.k * accepted / proposed if proposed else 1.0}
-    return len(prompts) * new_tokens / t, [r.output_ids for r in results], extra
+def interleaved(runners: dict, batches: dict[int, list[list[int]]], repeats: int, new_tokens: int):
+    """Time every runner at every batch size, round-robin, `repeats` rounds (so that a busy
+    spell on a shared machine hits all of them alike); returns median tokens/s, outputs and the
+    machine rates measured once per round."""
+    times: dict = {}
+    outputs: dict = {}
+    rates = []
+    for name, run in runners.items():
+        run(batches[1])  # warm-up
+    for _ in range(repeats):
+        rates.append(machine_rates(repeats=3))
+        for B, prompts in batches.items():
+            for name, run in runners.items():
+                t0 = time.perf_counter()
+                outputs[name, B] = run(prompts)
+                times.setdefault((name, B), []).append(time.perf_counter() - t0)
+    tps = {key: len(batches[key[1]]) * new_tokens / statistics.median(ts) for key, ts in times.items()}
+    bw = statistics.median(r[0] for r in rates)
+    mm = statistics.median(r[1] for r in rates)
+    return tps, outputs, bw, mm
 
 
 async def event_loop_lag(engine: Engine, prompts: list[list[int]], new_tokens: int) -> tuple[float, float]:
@@ -182,32 +201,33 @@ def main() -> None:
     out = {"params": params, "params_without_mtp": params - mtp_params, "threads": args.threads,
            "new_tokens": args.new_tokens, "prompt_len": args.prompt_len, "batch": args.batch}
 
-    bw, mm_rate = machine_rates()
-    out.update(bandwidth_GBps=bw / 1e9, matmul_GFLOPs=mm_rate / 1e9)
-
-    engine = Engine(copy.deepcopy(model), max_slots=args.batch, max_len=max_len)
-    for B in (1, args.batch):
-        tps, outputs, extra = bench_engine(engine, prompts[:B], args.new_tokens, args.repeats)
-        out[f"engine_tps_b{B}"] = tps
-        out[f"engine_step_ms_b{B}"] = extra["step_ms_median"]
-        out[f"engine_outputs_b{B}"] = outputs
-    lag_med, lag_max = asyncio.run(event_loop_lag(engine, prompts, args.new_tokens))
-    out.update(event_loop_lag_ms_median=lag_med, event_loop_lag_ms_max=lag_max, prepacked=engine.prepacked)
-    engine.stop()
-    eager = Engine(copy.deepcopy(model), max_slots=args.batch, max_len=max_len, prepack_weights=False)
-    tps, outputs, extra = bench_engine(eager, prompts, args.new_tokens, args.repeats)
-    out.update(engine_eager_kernels_tps=tps, engine_eager_kernels_step_ms=extra["step_ms_median"])
-    eager.stop()
-
+    runners = {"engine": EngineRunner(Engine(copy.deepcopy(model), max_slots=args.batch, max_len=max_len),
+                                      args.new_tokens),
+               "eager_kernels": EngineRunner(Engine(copy.deepcopy(model), max_slots=args.batch, max_len=max_len,
+                                                    prepack_weights=False), args.new_tokens)}
+    if cfg.num_mtp_modules:
+        runners["spec"] = EngineRunner(Engine(copy.deepcopy(model), max_slots=args.batch, max_len=max_len,
+                                              speculative_depth=cfg.num_mtp_modules), args.new_tokens)
+    tmp = tempfile.TemporaryDirectory()
     if not args.skip_transformers:
-        with tempfile.TemporaryDirectory() as d:
-            save_pretrained(model, d)
-            for B in (1, args.batch):
-                tps, hf_out = bench_transformers(d, prompts[:B], args.new_tokens, args.repeats)
-                out[f"transformers_tps_b{B}"] = tps
-                same = sum(a == b for a, b in zip(hf_out, out[f"engine_outputs_b{B}"]))
-                out[f"same_outputs_b{B}"] = f"{same}/{B}"
-                out[f"speedup_b{B}"] = out[f"engine_tps_b{B}"] / tps
+        save_pretrained(model, tmp.name)
+        runners["transformers"] = TransformersRunner(tmp.name, args.new_tokens)
+    batches = {1: prompts[:1], args.batch: prompts}
+    tps, outputs, bw, mm_rate = interleaved(runners, batches, args.repeats, args.new_tokens)
+    tmp.cleanup()
+    out.update(bandwidth_GBps=bw / 1e9, matmul_GFLOPs=mm_rate / 1e9, prepacked=runners["engine"].engine.prepacked)
+    for B in batches:
+        out[f"engine_tps_b{B}"] = tps["engine", B]
+        out[f"engine_step_ms_b{B}"] = 1e3 * statistics.median(runners["engine"].step_s[B])
+        if "transformers" in runners:
+            out[f"transformers_tps_b{B}"] = tps["transformers", B]
+            out[f"speedup_b{B}"] = tps["engine", B] / tps["transformers", B]
+            same = sum(a == b for a, b in zip(outputs["transformers", B], outputs["engine", B]))
+            out[f"same_outputs_b{B}"] = f"{same}/{B}"
+    out["engine_eager_kernels_tps"] = tps["eager_kernels", args.batch]
+    out["engine_eager_kernels_step_ms"] = 1e3 * statistics.median(runners["eager_kernels"].step_s[args.batch])
+    lag_med, lag_max = asyncio.run(event_loop_lag(runners["engine"].engine, prompts, args.new_tokens))
+    out.update(event_loop_lag_ms_median=lag_med, event_loop_lag_ms_max=lag_max)
 
     context = args.prompt_len + args.new_tokens / 2
     used = routed_experts_per_layer(model, prompts)
@@ -217,20 +237,19 @@ def main() -> None:
                limit_step_ms=1e3 * limit_s, limit_bound="bandwidth" if nbytes / bw >= flops / mm_rate else "compute",
                fraction_of_limit=1e3 * limit_s / out[f"engine_step_ms_b{args.batch}"])
 
-    if cfg.num_mtp_modules:
-        spec = Engine(copy.deepcopy(model), max_slots=args.batch, max_len=max_len, speculative_depth=cfg.num_mtp_modules)
-        for B in (1, args.batch):
-            tps, outputs, extra = bench_engine(spec, prompts[:B], args.new_tokens, args.repeats)
-            out[f"spec_tps_b{B}"] = tps
-            out[f"spec_ratio_b{B}"] = tps / out[f"engine_tps_b{B}"]
-            out[f"spec_acceptance_b{B}"] = extra["acceptance"]
-            out[f"spec_tokens_per_step_b{B}"] = extra["tokens_per_step"]
-            out[f"spec_same_as_plain_b{B}"] = outputs == out[f"engine_outputs_b{B}"]
+    if "spec" in runners:
+        st = runners["spec"].engine.stats
         out["spec_depth"] = cfg.num_mtp_modules
-        spec.stop()
+        out["spec_acceptance"] = st.spec_accepted / max(st.spec_proposed, 1)
+        out["spec_tokens_per_step"] = 1 + cfg.num_mtp_modules * out["spec_acceptance"]
+        for B in batches:
+            out[f"spec_tps_b{B}"] = tps["spec", B]
+            out[f"spec_ratio_b{B}"] = tps["spec", B] / tps["engine", B]
+            out[f"spec_same_as_plain_b{B}"] = outputs["spec", B] == outputs["engine", B]
+    for run in runners.values():
+        if isinstance(run, EngineRunner):
+            run.engine.stop()
 
-    for B in (1, args.batch):
-        out.pop(f"engine_outputs_b{B}")
     if args.json:
         print(json.dumps(out, indent=2))
         return
@@ -251,12 +270,12 @@ def main() -> None:
           f"({out['limit_bound']}-bound: {nbytes / 1e6:.1f} MB, {flops / 1e6:.0f} MFLOP; experts used per layer "
           f"{used}) -> {100 * out['fraction_of_limit']:.0f}% of the limit")
     print(f"event loop lag while decoding: median {lag_med:.2f} ms, max {lag_max:.1f} ms")
-    if cfg.num_mtp_modules:
+    if "spec_depth" in out:
+        print(f"MTP speculative (depth {out['spec_depth']}): acceptance {out['spec_acceptance']:.2f}, "
+              f"{out['spec_tokens_per_step']:.2f} tokens per verify step")
         for b in (1, B):
-            print(f"batch {b:>2}: MTP speculative (depth {out['spec_depth']}) {out[f'spec_tps_b{b}']:8.0f} tok/s, "
-                  f"x{out[f'spec_ratio_b{b}']:.2f} of plain, acceptance {out[f'spec_acceptance_b{b}']:.2f}, "
-                  f"{out[f'spec_tokens_per_step_b{b}']:.2f} tokens/step, same output as plain: "
-                  f"{out[f'spec_same_as_plain_b{b}']}")
+            print(f"batch {b:>2}: speculative {out[f'spec_tps_b{b}']:8.0f} tok/s, x{out[f'spec_ratio_b{b}']:.2f} "
+                  f"of plain, same output as plain: {out[f'spec_same_as_plain_b{b}']}")
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
 """Inference: the engine seam's plain data (types.py), the embedded engine (engine.py, with
-speculative.py and sampling.py), the HTTP server and the PolicyClient.
+speculative.py, sampling.py and kernels.py), the HTTP server and the PolicyClient.
 
 `Engine` is imported lazily, so that clients of a remote engine do not import torch.
 """

@@ -7,8 +7,9 @@ routed experts and policy versions out). A scheduler thread repeats:
      version each token was generated under is recorded, so in-flight requests simply continue
      under the new weights, PipelineRL-style);
   2. admit waiting requests into free cache slots: prefill (one forward per group of prompts of
-     equal length; identical prompts, e.g. the G samples of an RL group, are prefilled once and
-     their keys/values copied to the other slots), sample each first token;
+     equal length: 16 prompts of 32 tokens prefill 2.7x faster together than one by one, 1.1x
+     at 256 tokens; identical prompts, e.g. the G samples of an RL group, are prefilled once
+     and their keys/values copied to the other slots), sample each first token;
   3. one decode step for every running slot together: plain (a [B, 1] forward) or speculative
      (draft k tokens with the MTP modules, verify in one [B, k+1] forward: speculative.py);
   4. sample, append, finish (stop token, max_new_tokens, or the context `max_len` is full:
@@ -26,9 +27,13 @@ Per-token outputs. `logprobs[j]` = log softmax(logits)[token] at temperature 1 (
 of input position P-1+j (SGLang's row layout): `routed_experts[0] == prompt_routed_experts[-1]`,
 and replaying prompt_routed_experts + routed_experts[1:] reproduces every output logprob.
 
+On CPU the engine's linear layers and experts run on oneDNN with prepacked weights
+(kernels.py; `prepack_weights=False` keeps PyTorch's default kernels).
+
 Covered: token-id requests of any mix of sampling parameters in one batch, per-request seeds
 (`random.Random(seed)` per request: the same tokens alone or batched), abort on cancellation.
-Left out: chunked prefill of very long prompts (a prompt is one forward), prefix caching
+Left out: padded prefill of prompts of different lengths, chunked prefill of very long
+prompts (a prompt is one forward), prefix caching
 across requests other than identical prompts admitted together, preemption when the cache is
 full (requests wait for a free slot instead), multi-device execution.
 """
