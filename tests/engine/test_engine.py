@@ -116,9 +116,10 @@ def test_stop_tokens_max_tokens_and_context_limit(model, engine):
     assert full_logprobs(model, p, r.output_ids)[0].tolist() == r.output_ids
 
 
-async def test_concurrent_requests_arriving_at_different_times(model):
+@pytest.mark.parametrize("depth", [0, 2], ids=["plain", "speculative"])
+async def test_concurrent_requests_arriving_at_different_times(model, depth):
     """More requests than slots, of different lengths, arriving while others decode."""
-    engine = Engine(copy.deepcopy(model), max_slots=3, max_len=64)
+    engine = Engine(copy.deepcopy(model), max_slots=3, max_len=64, speculative_depth=depth)
     ps = prompts(7, seed=6, max_len=20)
     lengths = [5, 17, 9, 30, 3, 12, 21]
 

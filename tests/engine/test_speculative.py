@@ -85,6 +85,19 @@ def test_greedy_speculative_with_stop_tokens_inside_an_accepted_chunk():
     spec.stop()
 
 
+def test_seeded_speculative_sampling_is_the_same_alone_or_batched():
+    spec = Engine(draftable_model(), max_slots=8, max_len=64, speculative_depth=2)
+    reqs = [GenerationRequest(p, SamplingParams(temperature=0.9, top_k=30, max_new_tokens=25, seed=i))
+            for i, p in enumerate(prompts(6, seed=15))]
+    alone = [spec.generate_batch([r])[0] for r in reqs]
+    together = spec.generate_batch(reqs + [GenerationRequest([3, 4], SamplingParams(max_new_tokens=9))])
+    for a, b in zip(alone, together):
+        assert a.output_ids == b.output_ids
+        np.testing.assert_allclose(a.logprobs, b.logprobs, atol=1e-5)
+    assert sum(r.spec_accepted for r in alone) > 10
+    spec.stop()
+
+
 def test_speculative_logprobs_replay_to_target_logprobs():
     """Accepted tokens carry the target model's logprobs and routing at their positions."""
     model = draftable_model()
