@@ -1,9 +1,11 @@
 """The pretraining config: one YAML file describes a whole run (data, model, phases, MTP, optimiser).
 
 `load_config(path)` reads it; unknown keys and bad values stop the run before any work with a
-message that names the field (`phases.1.seq_len: ...`). Paths in the file are relative to
-the current directory, like every path given on the command line. The resolved config is
-written to `<run_dir>/config.yaml` and into every checkpoint.
+message that names the field (`phases.1.seq_len: ...`). As in opencomposer/config.py (the RL
+config), the files a config reads (`model`, `init_from`, `data.tokenizer`, directories in
+`data.sources`) are relative to the YAML file's directory, and what a run writes (`run_dir`,
+`data.cache_dir`) is relative to the working directory. The resolved config, with those paths
+made absolute, is written to `<run_dir>/config.yaml` and into every checkpoint.
 
 A run is a list of phases trained one after the other with one optimiser (Composer 2 §3:
 most compute at one sequence length, then a shorter context-extension phase at a longer
@@ -31,7 +33,7 @@ class DataConfig(_Strict):
     """Where the training text comes from and how documents are filtered."""
 
     sources: list[str] = ["stdlib"]
-    """Source roots: "stdlib" (this Python's standard library and its tests), "site-packages" (the venv's), or directories."""
+    """Source roots: "stdlib" (this Python's standard library and its tests), "site-packages" (the venv's), or directories (relative to the config file)."""
     max_file_bytes: int = Field(256_000, gt=0)
     """Skip files larger than this (mostly generated tables)."""
     max_total_bytes: int = Field(64_000_000, gt=0)
@@ -119,7 +121,7 @@ class PretrainConfig(_Strict):
     run_dir: str
     """Checkpoints, metrics.jsonl, TensorBoard events and the final model go here."""
     model: str | dict[str, Any]
-    """A ModelConfig YAML file (configs/model/*.yaml) or its keys inline; ignored when init_from is set."""
+    """A ModelConfig YAML file (relative to this config file) or its keys inline; ignored when init_from is set."""
     init_from: str | None = None
     """An HF checkpoint directory to continue pretraining from (continued pretraining); null: from scratch."""
     seed: int = 0
@@ -206,7 +208,21 @@ def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> Pr
         raise ConfigError(f"{path}: not valid YAML: {e}") from None
     if not isinstance(d, dict):
         raise ConfigError(f"{path}: expected a mapping of config keys at the top level")
-    return parse_config({**d, **(overrides or {})}, str(path))
+    cfg = parse_config({**d, **(overrides or {})}, str(path))
+    return _resolve_inputs(cfg, path.parent)
+
+
+def _resolve_inputs(cfg: PretrainConfig, base: Path) -> PretrainConfig:
+    """Make the paths of files the run reads absolute, relative to the config file's directory."""
+
+    def rel(p: str | None) -> str | None:
+        return p if p is None or Path(p).expanduser().is_absolute() else str((base / p).resolve())
+
+    data = cfg.data.model_copy(update={
+        "tokenizer": rel(cfg.data.tokenizer),
+        "sources": [s if s in ("stdlib", "site-packages") else rel(s) for s in cfg.data.sources]})
+    return cfg.model_copy(update={"model": rel(cfg.model) if isinstance(cfg.model, str) else cfg.model,
+                                  "init_from": rel(cfg.init_from), "data": data})
 
 
 def dump_config(cfg: PretrainConfig) -> str:

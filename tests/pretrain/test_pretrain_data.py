@@ -115,3 +115,17 @@ def test_config_errors_name_the_field(make_config):
         PhaseConfig(name="p", steps=1, seq_len=8, batch_size=8, lr=1e-3).accumulation(3)
     with pytest.raises(ConfigError, match="not a multiple of micro_batch_size 3"):
         PhaseConfig(name="p", steps=1, seq_len=8, batch_size=8, micro_batch_size=3, lr=1e-3).accumulation(1)
+
+
+def test_input_paths_are_relative_to_the_config_file(make_config, tmp_path):
+    from conftest import write_config
+
+    from opencomposer.pretrain.config import load_config
+
+    (tmp_path / "cfgs").mkdir()
+    cfg = make_config(model="model.yaml", run_dir="runs/x")
+    cfg["data"]["sources"] = ["stdlib", "../src"]
+    loaded = load_config(write_config(cfg, tmp_path / "cfgs" / "p.yaml"))
+    assert loaded.model == str(tmp_path / "cfgs" / "model.yaml")
+    assert loaded.data.sources == ["stdlib", str(tmp_path / "src")]
+    assert loaded.run_dir == "runs/x"  # outputs stay relative to the working directory
