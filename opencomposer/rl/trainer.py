@@ -240,12 +240,14 @@ class Trainer:
             # per-micro-batch metrics, weighted by generated tokens
             w = float(mb.mask_BT.sum())
             for k, v in m.items():
-                if w == 0:
+                if k in ("pg_loss", "kl_ref"):  # loss terms add up like the loss
+                    sums[k], weight_sum[k] = sums.get(k, 0.0) + v * scale, 1.0
+                elif w == 0:
                     continue
-                if k.endswith(("_max", "_min")):
+                elif k.endswith(("_max", "_min")):
                     better = max if k.endswith("_max") else min
                     sums[k], weight_sum[k] = better(sums.get(k, v), v), 1.0
-                else:  # means (pg_loss and kl_ref too: token-weighted over micro-batches)
+                else:  # per-token means, weighted by each micro-batch's generated tokens
                     sums[k] = sums.get(k, 0.0) + v * w
                     weight_sum[k] = weight_sum.get(k, 0.0) + w
             with torch.no_grad():

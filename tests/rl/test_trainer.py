@@ -205,3 +205,11 @@ def test_frozen_parameters_are_not_optimised():
     before = model.embed_tokens.weight.clone()
     Trainer(model, TrainConfig(router_replay=False), reward=NO_KL).step(random_groups())
     assert torch.equal(model.embed_tokens.weight, before)
+
+
+def test_loss_metrics_do_not_depend_on_micro_batching():
+    groups = random_groups()
+    one = Trainer(tiny_model(), TrainConfig(micro_batch_size=64, router_replay=False), reward=NO_KL).step(groups)
+    many = Trainer(tiny_model(), TrainConfig(micro_batch_size=2, router_replay=False), reward=NO_KL).step(groups)
+    for k in ("loss", "pg_loss", "mismatch/abs_logp_diff", "mismatch/kl_k3", "entropy", "ratio_mean", "grad_norm"):
+        assert many[k] == pytest.approx(one[k], rel=1e-4, abs=1e-9), k
