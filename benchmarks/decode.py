@@ -161,8 +161,8 @@ async def event_loop_lag(engine: Engine, prompts: list[list[int]], new_tokens: i
             lags.append(time.perf_counter() - t0 - 0.001)
 
     task = asyncio.create_task(probe())
-    await asyncio.gather(*(engine.generate(GenerationRequest(p, SamplingParams(temperature=0, max_new_tokens=new_tokens)))
-                           for p in prompts))
+    sp = SamplingParams(temperature=0, max_new_tokens=new_tokens)
+    await asyncio.gather(*(engine.generate(GenerationRequest(p, sp)) for p in prompts))
     done.set()
     await task
     return 1e3 * statistics.median(lags), 1e3 * max(lags)
@@ -191,7 +191,10 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
-    model = load_pretrained(args.model, dtype=torch.float32) if args.model else Transformer(ModelConfig(**BENCH_CONFIG)).eval()
+    if args.model:
+        model = load_pretrained(args.model, dtype=torch.float32)
+    else:
+        model = Transformer(ModelConfig(**BENCH_CONFIG)).eval()
     cfg = model.config
     params = sum(p.numel() for p in model.parameters())
     mtp_params = sum(p.numel() for p in model.mtp.parameters())

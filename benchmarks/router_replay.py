@@ -83,7 +83,8 @@ def main() -> None:
         for i, p in enumerate(prompts)])
     engine.stop()
 
-    columns = {"no_replay": (False, None), "replay": (True, None), f"replay_min_ratio_{args.min_ratio}": (True, args.min_ratio)}
+    columns = {"no_replay": (False, None), "replay": (True, None),
+               f"replay_min_ratio_{args.min_ratio}": (True, args.min_ratio)}
     out: dict = {"tokens": sum(len(r.output_ids) for r in results), "engine_dtype": "bfloat16",
                  "train_dtype": "float32", "kl_estimator": "k3 = (r-1) - log r, r = exp(logp_train - logp_engine), "
                  "mean over sampled output tokens (estimates KL(engine || train))"}

@@ -125,7 +125,7 @@ async def test_concurrent_requests_arriving_at_different_times(model, depth):
 
     async def later(i):
         await asyncio.sleep(0.01 * i)
-        return await engine.generate(GenerationRequest(p := ps[i], greedy(lengths[i]), request_id=f"r{i}"))
+        return await engine.generate(GenerationRequest(ps[i], greedy(lengths[i]), request_id=f"r{i}"))
 
     async with engine:
         results = await asyncio.gather(*(later(i) for i in range(7)))
