@@ -123,6 +123,29 @@ def target_logprobs(logits_BTV: torch.Tensor, target_BT: torch.Tensor) -> torch.
     return logits_BTV.gather(-1, target_BT[..., None]).squeeze(-1) - torch.logsumexp(logits_BTV, dim=-1)
 
 
+def trajectory_advantages(samples: Sequence[Sample], rewards_B: torch.Tensor, gid_B: torch.Tensor,
+                          cfg: AdvantageConfig) -> torch.Tensor:
+    """Group-relative advantages computed per trajectory, then broadcast to its segments [B].
+
+    A self-summarized episode gives one sample per segment (`info["trajectory_id"]` ties them),
+    all carrying the episode's final reward; counted per sample, an episode of S segments would
+    weigh S times in its group's mean (rewards.broadcast_to_segments). A trajectory's reward is
+    its segments' shared reward plus the sum of their per-segment terms beyond it (the KL-in-reward
+    term sums over the whole episode): r_j = mean_s(base) + Σ_s (r_s − base). Samples without a
+    trajectory id are trajectories of their own.
+    """
+    keys = [s.info.get("trajectory_id", ("sample", i)) for i, s in enumerate(samples)]
+    index = {k: j for j, k in enumerate(dict.fromkeys(keys))}
+    tid_B = torch.tensor([index[k] for k in keys])
+    J = len(index)
+    base_B = torch.tensor([s.reward for s in samples], dtype=rewards_B.dtype)
+    zeros_J = torch.zeros(J, dtype=rewards_B.dtype)
+    count_J = zeros_J.index_add(0, tid_B, torch.ones_like(base_B))
+    r_J = zeros_J.index_add(0, tid_B, base_B) / count_J + zeros_J.index_add(0, tid_B, rewards_B - base_B)
+    gid_J = torch.zeros(J, dtype=torch.long).index_copy(0, tid_B, gid_B.long())
+    return compute_advantages(r_J, cfg, group_ids=gid_J)[tid_B]
+
+
 class Trainer:
     """Owns the policy being trained, its optimiser, the reference model and the policy version.
 
@@ -197,7 +220,7 @@ class Trainer:
             kl_term_B = -self.reward_cfg.kl_coef * kl_B.double()
             rewards_B = rewards_B + kl_term_B
             metrics["reward/kl"] = kl_term_B.mean().item()
-        adv_B = compute_advantages(rewards_B, self.adv_cfg, group_ids=gid_B).float()
+        adv_B = trajectory_advantages(samples, rewards_B, gid_B, self.adv_cfg).float()
 
         # Global normalisers, so micro-batch losses add up to the full-batch loss.
         agg = self.loss_cfg.aggregation

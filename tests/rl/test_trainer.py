@@ -213,3 +213,27 @@ def test_loss_metrics_do_not_depend_on_micro_batching():
     many = Trainer(tiny_model(), TrainConfig(micro_batch_size=2, router_replay=False), reward=NO_KL).step(groups)
     for k in ("loss", "pg_loss", "mismatch/abs_logp_diff", "mismatch/kl_k3", "entropy", "ratio_mean", "grad_norm"):
         assert many[k] == pytest.approx(one[k], rel=1e-4, abs=1e-9), k
+
+
+def test_a_summarized_episode_counts_once_in_its_group_mean():
+    """Episode A (2 segments, reward 1) and B (1 segment, reward 0): Dr. GRPO gives A's segments
+    +0.5 and B −0.5, not the per-sample 1/3 and −2/3; the KL term sums over A's segments."""
+    from opencomposer.rl.advantages import AdvantageConfig
+    from opencomposer.rl.trainer import trajectory_advantages
+
+    def seg(reward, traj):
+        return Sample(token_ids=[1, 2, 3], loss_mask=[0, 1, 1], behav_logprobs=[0, -1, -1],
+                      reward=reward, group_id="g", task_id="t", info={"trajectory_id": traj})
+
+    samples = [seg(1.0, "A"), seg(1.0, "A"), seg(0.0, "B")]
+    gid = torch.zeros(3, dtype=torch.long)
+    adv = trajectory_advantages(samples, torch.tensor([1.0, 1.0, 0.0], dtype=torch.float64), gid, AdvantageConfig())
+    assert adv.tolist() == pytest.approx([0.5, 0.5, -0.5])
+    # KL terms −0.1 on each of A's segments: r_A = 1 − 0.2 = 0.8, r_B = 0 → A +0.4, B −0.4
+    adv = trajectory_advantages(samples, torch.tensor([0.9, 0.9, 0.0], dtype=torch.float64), gid, AdvantageConfig())
+    assert adv.tolist() == pytest.approx([0.4, 0.4, -0.4])
+    # without trajectory ids every sample is its own trajectory
+    for s in samples:
+        s.info.clear()
+    adv = trajectory_advantages(samples, torch.tensor([1.0, 1.0, 0.0], dtype=torch.float64), gid, AdvantageConfig())
+    assert adv.tolist() == pytest.approx([1 / 3, 1 / 3, -2 / 3])
