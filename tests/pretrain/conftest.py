@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import copy
-import json
 from pathlib import Path
 
 import pytest
-import yaml
 
 TINY_MODEL = {"vocab_size": 4096, "hidden_size": 64, "intermediate_size": 128, "moe_intermediate_size": 64,
               "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "num_experts": 4,
@@ -42,12 +40,3 @@ def make_config(tmp_path, corpus_cache):
         return cfg
 
     return make
-
-
-def write_config(cfg: dict, path: Path) -> Path:
-    path.write_text(yaml.safe_dump(cfg))
-    return path
-
-
-def read_metrics(run_dir: str | Path) -> list[dict]:
-    return [json.loads(line) for line in (Path(run_dir) / "metrics.jsonl").read_text().splitlines() if line]

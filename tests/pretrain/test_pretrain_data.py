@@ -118,7 +118,7 @@ def test_config_errors_name_the_field(make_config):
 
 
 def test_input_paths_are_relative_to_the_config_file(make_config, tmp_path):
-    from conftest import write_config
+    from pretrain_util import write_config
 
     from opencomposer.pretrain.config import load_config
 

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 import torch
-from conftest import read_metrics, write_config
+from pretrain_util import read_metrics, write_config
 
 from opencomposer.model import load_pretrained
 from opencomposer.pretrain.config import parse_config

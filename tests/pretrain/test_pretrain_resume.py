@@ -13,7 +13,7 @@ import sys
 import textwrap
 
 import pytest
-from conftest import read_metrics, write_config
+from pretrain_util import read_metrics, write_config
 
 from opencomposer.pretrain.config import parse_config
 from opencomposer.pretrain.train import train

@@ -6,7 +6,7 @@ import math
 
 import pytest
 import torch
-from conftest import read_metrics, write_config
+from pretrain_util import read_metrics, write_config
 from typer.testing import CliRunner
 
 from opencomposer.cli import app
