@@ -79,7 +79,8 @@ def main():
 
     rec = Recorder()
     code = pytest.main(args, plugins=[rec])
-    result = {"exit_code": int(code), "outcomes": {n: outcome(p) for n, p in rec.phases.items()}}
+    result = {"exit_code": int(code), "outcomes": {n: outcome(p) for n, p in rec.phases.items()},
+              "failures": {n: sum(x.endswith(":failed") for x in p) for n, p in rec.phases.items()}}
     if cov:
         cov.stop()
         data = cov.get_data()
@@ -110,6 +111,8 @@ class TestRun:
     """Node ids by index (coverage runs only)."""
     lines: dict[str, dict[int, list[int]]] = field(default_factory=dict)
     """file -> line -> test indices that ran it (-1: outside any test)."""
+    failures: dict[str, int] = field(default_factory=dict)
+    """node id -> failed reports (more than one: failing subtests, each graded with a traceback)."""
     log: str = ""
 
     def passed(self) -> set[str]:
@@ -153,7 +156,7 @@ def run_tests(ws, paths: list[str], pytest_args: list[str], *, cover: bool = Fal
     finally:
         shutil.rmtree(ws.root / private, ignore_errors=True)
     lines = {f: {int(k): v for k, v in ls.items()} for f, ls in data.get("files", {}).items()}
-    return TestRun(data["outcomes"], data.get("tests", []), lines, log)
+    return TestRun(data["outcomes"], data.get("tests", []), lines, data.get("failures", {}), log)
 
 
 @dataclass(frozen=True)
