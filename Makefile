@@ -1,12 +1,15 @@
 # The two commands a new user runs: `make demo` and `make test`. Each does its own setup.
 PY := .venv/bin/python
-.PHONY: setup demo test test-fast bench clean
+.PHONY: setup demo demo-harness test test-fast bench clean
 
 setup:
 	@bash scripts/setup.sh
 
 demo: setup
-	@$(PY) -m opencomposer.demo
+	@$(PY) -m opencomposer.cli demo
+
+demo-harness: setup
+	@$(PY) -m opencomposer.cli demo --harness
 
 test: setup
 	@$(PY) -m pytest -q -x --durations=15 tests

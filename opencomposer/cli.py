@@ -30,11 +30,25 @@ app.command("sft")(sft)
 
 
 @app.command()
-def demo() -> None:
-    """Run the main demo on embedded defaults (what `make demo` runs)."""
-    from opencomposer.demo import main
+def demo(
+    harness: bool = typer.Option(False, "--harness", help="The harness demo instead (8 sandbox forks, scripted tools)."),
+    config: str = typer.Option(None, "--config", help="A pipeline YAML (configs/demo/pipeline.yaml); default: built in."),
+    overrides: list[str] = typer.Option([], "--set", help="Override a field: --set rl.steps=8 (repeatable)."),
+) -> None:
+    """`make demo`: tokenizer, pretraining, SFT, eval, async RL, eval, report (opencomposer/pipeline.py)."""
+    if harness:
+        from opencomposer.demo import main
 
-    main()
+        main()
+        return
+    from opencomposer.errors import OpenComposerError
+    from opencomposer.pipeline import main as pipeline
+
+    try:
+        pipeline(config, overrides)
+    except OpenComposerError as exc:
+        typer.echo(f"demo: {exc}", err=True)
+        raise typer.Exit(1)
 
 
 if __name__ == "__main__":

@@ -108,6 +108,9 @@ class AgentConfig(BaseModel):
     tools: list[str] | None = None
     """Names of the tools offered (harness.tools.TOOLS); None: all. Tool sets are chosen per
     environment (Composer 2 report): e.g. the demo offers read_file and edit_file only."""
+    compact_tools: bool = False
+    """Offer the tools' compact schemas (first sentence of the description, required parameters
+    only; ToolSpec.schema): a short system turn for small models (the demo's environment)."""
 
 
 # ----------------------------------------------------------------------------- control flow
@@ -345,7 +348,7 @@ class Agent:
         self.config = config or AgentConfig()
         self.toolbox = ToolBox(workspace, tool_config, tools=self.config.tools)
         self.tok = getattr(policy, "tokenizer", None) or tokenizer or bundled_tokenizer()
-        self.tools = self.toolbox.schemas()
+        self.tools = self.toolbox.schemas(compact=self.config.compact_tools)
         self.ctx = _context_for(policy, self.tools, self.tok, self.config)
         self.save_path = Path(save_path) if save_path else None
         prices = getattr(policy, "prices", None)

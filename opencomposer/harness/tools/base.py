@@ -148,10 +148,18 @@ class ToolSpec:
     mutates_files: bool = False
     """Calls that write files are serialized in call order within a ToolBox."""
 
-    def schema(self) -> dict:
+    def schema(self, compact: bool = False) -> dict:
+        """The OpenAI function schema. compact: the description's first sentence and only the
+        required parameters, without their descriptions (optional arguments are still accepted)."""
+        if not compact:
+            return {"type": "function",
+                    "function": {"name": self.name, "description": self.description,
+                                 "parameters": self.parameters}}
+        required = self.parameters.get("required", [])
+        props = {k: {"type": v["type"]} for k, v in self.parameters.get("properties", {}).items() if k in required}
         return {"type": "function",
-                "function": {"name": self.name, "description": self.description,
-                             "parameters": self.parameters}}
+                "function": {"name": self.name, "description": self.description.split(". ")[0].rstrip(".") + ".",
+                             "parameters": {"type": "object", "properties": props, "required": required}}}
 
 
 def params(required: list[str], **props: dict) -> dict:

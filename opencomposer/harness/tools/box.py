@@ -95,9 +95,9 @@ class ToolBox:
         self._write_lock_loop: asyncio.AbstractEventLoop | None = None
         self._write_lock_obj: asyncio.Lock | None = None
 
-    def schemas(self) -> list[dict]:
-        """OpenAI function-calling tool schemas, one per tool."""
-        return [t.schema() for t in self.tools.values()]
+    def schemas(self, compact: bool = False) -> list[dict]:
+        """OpenAI function-calling tool schemas, one per tool (compact: see ToolSpec.schema)."""
+        return [t.schema(compact) for t in self.tools.values()]
 
     def unfinished_todos(self) -> int:
         """Todo items still pending or in progress (for rewards)."""

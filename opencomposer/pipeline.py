@@ -1,0 +1,368 @@
+"""`make demo`: the whole pipeline on a laptop CPU, from a tokenizer to a model that RL improved.
+
+Stages (each writes `<out_dir>/stages/<name>.json` when it finishes; a rerun skips finished
+stages, and an interrupted pretraining, SFT, evaluation or RL stage resumes from its last
+checkpoint or finished episode):
+
+    1 tokenizer   byte-level BPE (small vocabulary) on stdlib code (model.tokenizer.code_corpus)
+                  + demo-family sources drawn with a generator stream of their own + the demo
+                  environment's system turn (the text every episode starts with)
+    2 pretrain    a tiny MoE+MTP model (pretrain/train.py) on stdlib code, a couple of minutes
+    3 tasks       the demo family (tasks/demo_family.py): training tasks, and held-out tasks from
+                  another seed with every training instance excluded (disjoint by construction)
+    4 sft         SFT (pretrain/sft.py) on ReadEditOracle trajectories collected through the real
+                  agent loop in sandbox forks of the training tasks
+    5 eval_sft    `opencomposer eval` of the SFT checkpoint on the held-out tasks (engine policy)
+    6 rl          asynchronous agentic RL (rl/orchestrator.py run_agentic) on the training tasks:
+                  the real sandbox, tools, agent loop, grader and hidden tests
+    7 eval_rl     the RL checkpoint on the same held-out tasks, with the same settings
+    8 report      learning curve (PNG), before/after held-out success, the cost/accuracy plot
+                  and trajectory viewer (eval/report.py), README.md / index.html summary
+
+The tasks are small generated mini-projects with one templated one-line bug each, not
+real-world tasks; the report says so. The environment is the demo's (DEMO_AGENT): read_file and
+edit_file with compact schemas, a short system prompt, 4 turns, a 1,024-token context.
+Evaluation before and after RL uses the same held-out suite, sampling temperature and agent
+settings (`eval.temperature`, stated in the report).
+
+Configuration: `PipelineConfig` holds every default (configs/demo/pipeline.yaml restates them);
+`opencomposer demo --config FILE --set key.sub=value`. Left out: several seeds in one run
+(benchmarks/demo_seeds.py runs the pipeline per seed) and a GPU/Ray sizing of the whole
+pipeline (configs/pretrain/gpu_small.yaml and configs/rl/agentic_ray_cluster.yaml size the
+stages that matter there).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from rich.console import Console
+
+from opencomposer.errors import ConfigError
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+
+
+class TokenizerStage(_Strict):
+    vocab_size: int = Field(2048, ge=272)
+    """BPE vocabulary (special tokens included); small keeps the embedding and head cheap."""
+    code_bytes: int = Field(4_000_000, gt=0)
+    """Bytes of stdlib code to train on."""
+    family_samples: int = Field(400, ge=0)
+    """Demo-family modules drawn (generator stream "tokenizer", never the task seeds) for the corpus."""
+
+
+DEFAULT_MODEL: dict[str, Any] = {
+    "hidden_size": 128, "intermediate_size": 384, "moe_intermediate_size": 192, "num_hidden_layers": 4,
+    "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32, "num_experts": 8,
+    "num_experts_per_tok": 2, "norm_topk_prob": True, "max_position_embeddings": 1024, "num_mtp_modules": 1}
+"""The demo's MoE+MTP decoder (ModelConfig keys; vocab_size comes from the tokenizer)."""
+
+
+class PretrainStage(_Strict):
+    model: dict[str, Any] = {}
+    """ModelConfig keys that replace DEFAULT_MODEL's."""
+    steps: int = Field(150, gt=0)
+    seq_len: int = Field(256, gt=1)
+    batch_size: int = Field(8, gt=0)
+    lr: float = Field(3e-3, gt=0)
+    code_bytes: int = Field(4_000_000, gt=0)
+    """Bytes of stdlib code to pretrain on."""
+
+
+class TasksStage(_Strict):
+    n_train: int = Field(256, gt=0)
+    n_heldout: int = Field(50, gt=0)
+    difficulty: int = Field(0, ge=0)
+    """Distractor functions per module (demo_family.MAX_DIFFICULTY at most)."""
+
+
+class SFTStage(_Strict):
+    steps: int = Field(400, gt=0)
+    batch_size: int = Field(8, gt=0)
+    lr: float = Field(3e-3, gt=0)
+    warmup_steps: int = Field(10, ge=0)
+    mtp_weight: float = Field(0.0, ge=0)
+    """MTP self-distillation during SFT (0: off, which halves the step time; pretraining trains MTP)."""
+
+
+class EvalStage(_Strict):
+    temperature: float = Field(1.0, ge=0)
+    """Sampling temperature of both evaluations (RL samples at 1.0 too)."""
+    concurrency: int = Field(8, ge=1)
+    """Episodes at once (one engine batches them)."""
+
+
+class RLStage(_Strict):
+    steps: int = Field(16, gt=0)
+    group_size: int = Field(8, ge=2)
+    """G: rollouts per task (Dr. GRPO needs mixed outcomes within a group)."""
+    groups_per_step: int = Field(4, ge=1)
+    lr: float = Field(2e-4, gt=0)
+    kl_coef: float = Field(0.0, ge=0)
+    """beta of the KL penalty to the SFT policy."""
+    length_coef: float = Field(1e-5, ge=0)
+    """lambda of the length penalty (small: the family's solutions are all the same length)."""
+    max_staleness: int = Field(1, ge=0)
+    micro_batch_size: int = Field(8, ge=1)
+
+
+class PipelineConfig(_Strict):
+    """The whole demo; every field has the `make demo` default."""
+
+    out_dir: str = "runs/demo"
+    seed: int = 0
+    """Seeds the model, the SFT order, RL; the task seeds are derived from it."""
+    threads: int | None = Field(1, ge=1)
+    """torch threads for every stage: on 2 shared cores one thread measured 4-8x faster per SFT step than two."""
+    tokenizer: TokenizerStage = TokenizerStage()
+    pretrain: PretrainStage = PretrainStage()
+    tasks: TasksStage = TasksStage()
+    sft: SFTStage = SFTStage()
+    eval: EvalStage = EvalStage()
+    rl: RLStage = RLStage()
+
+
+def _set_dotted(d: dict, key: str, value: Any) -> None:
+    *parents, last = key.split(".")
+    for p in parents:
+        d = d.setdefault(p, {})
+    d[last] = value
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> PipelineConfig:
+    """Read a YAML file (or the defaults), apply `key.sub=value` overrides, validate."""
+    raw: dict = {}
+    if path is not None:
+        path = Path(path)
+        if not path.is_file():
+            raise ConfigError(f"{path}: no such pipeline config")
+        raw = yaml.safe_load(path.read_text()) or {}
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f"--set {item!r}: expected key.sub=value")
+        k, v = item.split("=", 1)
+        _set_dotted(raw, k.strip(), yaml.safe_load(v))
+    try:
+        return PipelineConfig.model_validate(raw)
+    except ValidationError as e:
+        lines = [f"  {'.'.join(str(x) for x in err['loc'])}: {err['msg']}" for err in e.errors()]
+        raise ConfigError(f"invalid pipeline config:\n" + "\n".join(lines)) from None
+
+
+def demo_agent(temperature: float = 1.0):
+    from opencomposer.tasks.demo_family import DEMO_AGENT
+
+    return DEMO_AGENT.model_copy(update={"temperature": temperature})
+
+
+# ----------------------------------------------------------------------------- the stages
+
+class Pipeline:
+    """Runs the stages in order into cfg.out_dir; `paths` names every artifact."""
+
+    STAGES = ["tokenizer", "pretrain", "tasks", "sft", "eval_sft", "rl", "eval_rl", "report"]
+
+    def __init__(self, cfg: PipelineConfig, console: Console | None = None):
+        self.cfg, self.console = cfg, console or Console()
+        self.out = Path(cfg.out_dir).resolve()
+        o = self.out
+        self.paths = {"tokenizer": o / "tokenizer", "pretrain": o / "pretrain", "train_suite": o / "tasks" / "train",
+                      "heldout_suite": o / "tasks" / "heldout", "sft": o / "sft", "eval_sft": o / "eval" / "sft",
+                      "rl": o / "rl", "eval_rl": o / "eval" / "rl", "report": o / "report", "cache": o / "cache"}
+
+    def stage_file(self, name: str) -> Path:
+        return self.out / "stages" / f"{name}.json"
+
+    def record(self, name: str) -> dict | None:
+        f = self.stage_file(name)
+        return json.loads(f.read_text()) if f.is_file() else None
+
+    def run(self) -> Path:
+        """Run every unfinished stage; returns the report's index.html."""
+        import torch
+
+        if self.cfg.threads:
+            torch.set_num_threads(self.cfg.threads)
+        self.out.mkdir(parents=True, exist_ok=True)
+        (self.out / "pipeline.yaml").write_text(yaml.safe_dump(self.cfg.model_dump(mode="json"), sort_keys=False))
+        for i, name in enumerate(self.STAGES, 1):
+            done = self.record(name)
+            if done is not None:
+                self.console.print(f"[dim]stage {i}/{len(self.STAGES)} {name}: done earlier "
+                                   f"({done['wall_s']:.0f} s), skipped[/]")
+                continue
+            self.console.rule(f"[bold]stage {i}/{len(self.STAGES)}: {name}")
+            t0 = time.perf_counter()
+            figures = getattr(self, f"_{name}")()
+            rec = {"stage": name, "wall_s": time.perf_counter() - t0, **figures}
+            self.stage_file(name).parent.mkdir(parents=True, exist_ok=True)
+            self.stage_file(name).write_text(json.dumps(rec, indent=2))
+            self.console.print(f"[green]{name} done[/] in {rec['wall_s']:.0f} s")
+        index = self.paths["report"] / "index.html"
+        summary = json.loads((self.paths["report"] / "summary_demo.json").read_text())
+        self.console.rule("[bold]opencomposer demo: done")
+        self.console.print(f"held-out success: SFT {summary['sft_success']:.0%} -> RL {summary['rl_success']:.0%} "
+                           f"({summary['lift_points']:+.0f} points) on {summary['heldout_tasks']} tasks never trained on")
+        self.console.print(f"report: [bold]{index}[/] (and {self.paths['report'] / 'README.md'})")
+        return index
+
+    # 1
+    def _tokenizer(self) -> dict:
+        from opencomposer.harness.chat import render_tools
+        from opencomposer.harness.tools import TOOLS
+        from opencomposer.model.tokenizer import code_corpus, train_tokenizer
+        from opencomposer.tasks.demo_family import make_instance
+
+        c = self.cfg.tokenizer
+        agent = demo_agent()
+        system = agent.system_prompt + "\n\n" + render_tools([TOOLS[n].schema(agent.compact_tools) for n in agent.tools])
+        rng = random.Random(f"tokenizer/{self.cfg.seed}")  # not a task seed: no held-out text
+
+        def texts():
+            yield from code_corpus(max_total_bytes=c.code_bytes)
+            for _ in range(c.family_samples):
+                inst = make_instance(rng, rng.randint(0, 1))
+                yield inst.broken[inst.module_path] + "\n" + inst.instruction
+                yield system
+
+        tok = train_tokenizer(texts(), vocab_size=c.vocab_size, out_path=self.paths["tokenizer"])
+        n_system = len(tok.encode(system))
+        self.console.print(f"tokenizer: {tok.vocab_size} tokens; the demo's system turn is {n_system} tokens")
+        return {"vocab_size": tok.vocab_size, "system_turn_tokens": n_system}
+
+    # 2
+    def _pretrain(self) -> dict:
+        from opencomposer.pretrain.config import parse_config
+        from opencomposer.pretrain.train import train
+
+        c = self.cfg.pretrain
+        from opencomposer.model.tokenizer import Tokenizer
+
+        vocab = Tokenizer.load(self.paths["tokenizer"]).vocab_size
+        cfg = parse_config({
+            "run_dir": str(self.paths["pretrain"]), "model": {**DEFAULT_MODEL, **c.model, "vocab_size": vocab}, "seed": self.cfg.seed,
+            "data": {"sources": ["stdlib"], "max_total_bytes": c.code_bytes, "val_fraction": 0.05, "tokenizer": str(self.paths["tokenizer"]),
+                     "cache_dir": str(self.paths["cache"] / "pretrain")},
+            "phases": [{"name": "main", "steps": c.steps, "seq_len": c.seq_len, "batch_size": c.batch_size,
+                        "lr": c.lr, "warmup_steps": min(20, c.steps // 5)}],
+            "mtp": {"mode": "distill", "weight": 0.3, "start_step": c.steps // 2},
+            "checkpoint_every": max(1, c.steps // 3), "eval_every": c.steps, "eval_sequences": 8,
+            "log_every": max(1, c.steps // 10), "threads": self.cfg.threads, "tensorboard": False})
+        out = train(cfg, resume=True, console=self.console)
+        return {k: v for k, v in out.items() if isinstance(v, (int, float, str))}
+
+    # 3
+    def _tasks(self) -> dict:
+        from opencomposer.tasks.demo_family import generate_tasks
+
+        c = self.cfg.tasks
+        train = generate_tasks(c.n_train, 2 * self.cfg.seed, self.paths["train_suite"], difficulty=c.difficulty,
+                               suite_name="demo-train")
+        held = generate_tasks(c.n_heldout, 2 * self.cfg.seed + 1, self.paths["heldout_suite"], difficulty=c.difficulty,
+                              exclude={p.name for p in train}, suite_name="demo-heldout")
+        overlap = {p.name for p in train} & {p.name for p in held}
+        if overlap:  # generate_tasks excludes them; checked again because the claim is the demo's point
+            raise ConfigError(f"held-out tasks overlap the training tasks: {sorted(overlap)[:3]}")
+        self.console.print(f"{len(train)} training tasks, {len(held)} held-out tasks (difficulty {c.difficulty})")
+        return {"train_tasks": len(train), "heldout_tasks": len(held), "difficulty": c.difficulty}
+
+    # 4
+    def _sft(self) -> dict:
+        from opencomposer.pretrain.sft import SFTConfig, train_sft
+
+        c = self.cfg.sft
+        cfg = SFTConfig.model_validate({
+            "run_dir": str(self.paths["sft"]), "init_from": str(self.paths["pretrain"] / "model"),
+            "tokenizer": str(self.paths["tokenizer"]), "seed": self.cfg.seed,
+            "data": {"suite": str(self.paths["train_suite"]), "agent": demo_agent().model_dump(mode="json"),
+                     "concurrency": 2, "max_len": 1024, "val_examples": 16,
+                     "cache_dir": str(self.paths["cache"] / "sft")},
+            "steps": c.steps, "batch_size": c.batch_size, "lr": c.lr, "warmup_steps": c.warmup_steps,
+            "mtp": {"mode": "distill", "weight": c.mtp_weight} if c.mtp_weight else None,
+            "checkpoint_every": max(1, c.steps // 4), "eval_every": max(1, c.steps // 4),
+            "log_every": max(1, c.steps // 10), "threads": self.cfg.threads})
+        out = train_sft(cfg, resume=True, console=self.console)
+        return {"steps": out["steps"], "val_loss": out["val_loss"], "train_s": out["train_s"], **out["data"]}
+
+    def _evaluate(self, model_dir: Path, out: Path, label: str) -> dict:
+        import asyncio
+
+        from opencomposer.eval.run import EvalOptions, evaluate
+
+        e = self.cfg.eval
+        options = EvalOptions(suite=str(self.paths["heldout_suite"]), policy=f"engine:{model_dir}", label=label,
+                              concurrency=e.concurrency, task_timeout_s=300, tokenizer=str(self.paths["tokenizer"]),
+                              agent=demo_agent(e.temperature))
+        s = asyncio.run(evaluate(options, out))["summary"]
+        self.console.print(f"{label}: {s['accuracy']:.1%} of {s['episodes']} held-out episodes resolved "
+                           f"(temperature {e.temperature})")
+        return {"accuracy": s["accuracy"], "episodes": s["episodes"], "errors": s["errors"],
+                "stop_reasons": s["stop_reasons"], "temperature": e.temperature}
+
+    # 5
+    def _eval_sft(self) -> dict:
+        return self._evaluate(self.paths["sft"] / "model", self.paths["eval_sft"], "SFT checkpoint")
+
+    # 6
+    def _rl(self) -> dict:
+        from opencomposer.config import load_rl_config
+        from opencomposer.rl.orchestrator import run_agentic
+
+        r = self.cfg.rl
+        agent = demo_agent().model_dump(mode="json")
+        cfg = load_rl_config(data={
+            "mode": "agentic",
+            "run": {"out_dir": str(self.paths["rl"]), "seed": self.cfg.seed, "num_threads": self.cfg.threads},
+            "model": {"path": str(self.paths["sft"] / "model"), "tokenizer": str(self.paths["tokenizer"])},
+            "engine": {"max_slots": max(16, r.group_size * 2), "max_len": agent["context_window"]},
+            "sampling": {"temperature": 1.0, "max_new_tokens": agent["max_new_tokens"]},
+            "train": {"max_steps": r.steps, "micro_batch_size": r.micro_batch_size, "optim": {"lr": r.lr}},
+            "reward": {"kl_coef": r.kl_coef, "length_coef": r.length_coef},
+            "checkpoint": {"every_steps": max(1, r.steps // 4), "keep_last": 2},
+            "log": {"tensorboard": False, "progress": True},
+            "agentic": {"suite": str(self.paths["train_suite"]), "runner": "local",
+                        "rollout": {"group_size": r.group_size, "min_group_size": 2, "task_timeout_s": 300,
+                                    "agent": agent},
+                        "groups_per_step": r.groups_per_step, "rollout_workers": 2, "max_staleness": r.max_staleness}})
+        out = run_agentic(cfg, resume=True)
+        return {"steps": out["steps"], "policy_version": out["policy_version"], "trained_tasks": len(out["trained"]),
+                "given_up": len(out["given_up"]), "train_s": out["seconds"]}
+
+    def rl_model_dir(self) -> Path:
+        from opencomposer.rl.checkpoint import Checkpointer
+
+        latest = Checkpointer(self.paths["rl"] / "checkpoints").latest()
+        if latest is None:
+            raise ConfigError(f"no RL checkpoint in {self.paths['rl']}: run the rl stage first")
+        return latest / "model"
+
+    # 7
+    def _eval_rl(self) -> dict:
+        return self._evaluate(self.rl_model_dir(), self.paths["eval_rl"], "RL checkpoint")
+
+    # 8
+    def _report(self) -> dict:
+        from opencomposer.pipeline_report import write_demo_report
+
+        return write_demo_report(self)
+
+
+def main(config: str | None = None, overrides: list[str] | tuple[str, ...] = (),
+         console: Console | None = None) -> Path:
+    """`make demo`: run the pipeline (configs/demo/pipeline.yaml or the defaults)."""
+    return Pipeline(load_config(config, overrides), console).run()
+
+
+if __name__ == "__main__":
+    import sys
+
+    main(sys.argv[1] if len(sys.argv) > 1 else None)
