@@ -55,6 +55,18 @@ def test_tool_subset(root):
         ToolBox(FakeWorkspace(root), tools=["rm_rf"])
 
 
+def test_compact_schemas_keep_required_parameters_and_still_accept_optional_ones(root):
+    box = ToolBox(FakeWorkspace(root), tools=["read_file", "edit_file"])
+    full, compact = box.schemas(), box.schemas(compact=True)
+    assert len(json.dumps(compact)) < len(json.dumps(full)) / 2
+    for f, c in zip(full, compact):
+        f, c = f["function"], c["function"]
+        assert c["name"] == f["name"] and f["description"].startswith(c["description"][:-1])
+        assert set(c["parameters"]["properties"]) == set(c["parameters"]["required"]) == set(f["parameters"]["required"])
+    result = box.call("read_file", {"path": "a.py", "start_line": 1})  # optional argument, not in the compact schema
+    assert result.ok and "x = 1" in result.output
+
+
 @pytest.mark.parametrize("name,args,kind,needle", [
     ("frobnicate", "{}", "unknown_tool", "available tools: read_file"),
     ("read_file", '{"path": "a.py"', "invalid_json", "not valid JSON"),
