@@ -55,7 +55,7 @@ from typing import Callable, Iterable
 import numpy as np
 import torch
 
-from opencomposer.engine import kernels, speculative
+from opencomposer.engine import fused, kernels, speculative
 from opencomposer.engine.sampling import sample, sampling_probs, token_logprobs
 from opencomposer.engine.types import GenerationRequest, GenerationResult
 from opencomposer.errors import CheckpointError
@@ -153,6 +153,7 @@ class Engine:
         self.vocab_size = cfg.vocab_size
         # k positions of headroom: a verify forward near the end of the context writes drafts there.
         self.cache = KVCache(cfg, max_slots, max_len + speculative_depth, dtype=self.dtype, device=device)
+        self._fused = fused.FusedDecoder(self.model, self.cache, packed=self.prepacked)
         W = speculative.window(speculative_depth)
         self._hist_SWD = torch.zeros(max_slots, W, cfg.hidden_size, dtype=self.dtype, device=device)
         self.policy_version = 0
@@ -442,15 +443,15 @@ class Engine:
             self._draft([s for s in group if s.finish is None])
 
     def _decode_step(self, seqs: list[_Seq]) -> None:
-        slots_B = torch.tensor([s.slot for s in seqs])
-        ids_B1 = torch.tensor([[s.tokens[-1]] for s in seqs])
+        slots = [s.slot for s in seqs]
+        ids_B = torch.tensor([s.tokens[-1] for s in seqs])
         want = any(s.wants_experts for s in seqs)
-        out = self.model(ids_B1, self.cache, slots_B, return_routed_experts=want)
-        self.cache.advance(slots_B, 1)
-        tokens, logprobs = self._sample(out.logits[:, -1], seqs)
-        experts = out.routed_experts.numpy() if want else None
+        logits_BV, experts_BYK = self._fused.decode(ids_B, slots, want_experts=want)
+        self.cache.lengths[slots] += 1
+        tokens, logprobs = self._sample(logits_BV, seqs)
+        experts = experts_BYK.numpy() if want else None
         for b, s in enumerate(seqs):
-            self._extend(s, [tokens[b]], [logprobs[b]], experts[b] if experts is not None else None)
+            self._extend(s, [tokens[b]], [logprobs[b]], experts[b:b + 1] if experts is not None else None)
 
     def _spec_step(self, seqs: list[_Seq]) -> None:
         """Verify every row's k drafts in one [B, k+1] forward, accept, then draft again."""

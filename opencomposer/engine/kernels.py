@@ -9,6 +9,9 @@ freezing passes use) runs the same products 1.5-2x faster (benchmarks/decode.py 
 effect on a whole decode step). The math is the model's; only the summation order differs
 (logits agree to ~1e-6 in float32).
 
+`Derived` holds tensors built from some weights (a packed copy, or fused.py's concatenations)
+and rebuilds them when a weight's in-place version counter has moved.
+
 `prepack(model)` swaps, in place, every `nn.Linear` for a `PackedLinear` and every `Experts`
 for a `PackedExperts`. Both keep the original Parameters under the same names, so
 `state_dict()`, `load_state_dict`, checkpoints and tied embeddings are unchanged, and:
@@ -32,33 +35,37 @@ def available() -> bool:
     """oneDNN is built into this torch and runs the two ops."""
     try:
         w = torch.randn(8, 4)
-        ok = torch.allclose(_linear(torch.ones(2, 4), _pack(w), None), F.linear(torch.ones(2, 4), w), atol=1e-5)
+        ok = torch.allclose(linear(torch.ones(2, 4), pack(w), None), F.linear(torch.ones(2, 4), w), atol=1e-5)
         return bool(torch.backends.mkldnn.is_available() and ok)
     except (AttributeError, RuntimeError):
         return False
 
 
-def _pack(w: torch.Tensor) -> torch.Tensor:
+def pack(w: torch.Tensor) -> torch.Tensor:
+    """w [out, in] reordered into oneDNN's blocked layout, for `linear`."""
     return torch.ops.mkldnn._reorder_linear_weight(w.detach(), None)
 
 
-def _linear(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+def linear(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """F.linear(x, w, bias) with w packed by `pack`."""
     return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
 
 
-class _Packed:
-    """Packed copies of some weights (each [out, in], or [E, out, in]: one per expert), rebuilt
-    when any of them has been modified in place since."""
+class Derived:
+    """Tensors built from some weights by `build(*weights)`, rebuilt whenever any weight has
+    been modified in place since (`Engine.update_weights`, `load_state_dict`, an optimizer
+    step: all bump the tensor's version counter), so they are never stale."""
 
-    def __init__(self, weights: list[torch.Tensor]):
-        self.weights, self.versions, self.packed = weights, None, []
+    def __init__(self, weights: list[torch.Tensor], build):
+        self.weights, self.build, self.versions, self.value = weights, build, None, None
 
-    def get(self) -> list:
+    def get(self):
         versions = [w._version for w in self.weights]
         if versions != self.versions:
-            self.packed = [_pack(w) if w.dim() == 2 else [_pack(we) for we in w] for w in self.weights]
+            with torch.no_grad():
+                self.value = self.build(*(w.detach() for w in self.weights))
             self.versions = versions
-        return self.packed
+        return self.value
 
 
 class PackedLinear(nn.Module):
@@ -68,12 +75,12 @@ class PackedLinear(nn.Module):
         super().__init__()
         self.in_features, self.out_features = linear.in_features, linear.out_features
         self.weight, self.bias = linear.weight, linear.bias
-        self._packed = _Packed([self.weight])
+        self._packed = Derived([self.weight], pack)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if torch.is_grad_enabled() and self.weight.requires_grad:
             return F.linear(x, self.weight, self.bias)
-        return _linear(x, self._packed.get()[0], self.bias)
+        return linear(x, self._packed.get(), self.bias)
 
 
 class PackedExperts(Experts):
@@ -82,7 +89,8 @@ class PackedExperts(Experts):
     def __init__(self, experts: Experts):
         nn.Module.__init__(self)
         self.gate_up_proj, self.down_proj = experts.gate_up_proj, experts.down_proj
-        self._packed = _Packed([self.gate_up_proj, self.down_proj])
+        self._packed = Derived([self.gate_up_proj, self.down_proj],
+                               lambda gate_up, down: ([pack(w) for w in gate_up], [pack(w) for w in down]))
 
     def forward(self, x_ND: torch.Tensor, w_NK: torch.Tensor, idx_NK: torch.Tensor) -> torch.Tensor:
         if torch.is_grad_enabled() and self.gate_up_proj.requires_grad:
@@ -98,8 +106,8 @@ class PackedExperts(Experts):
         for e, n in enumerate(counts):
             if n == 0:
                 continue
-            gate, up = _linear(x_MD[start:start + n], gate_up_E[e], None).chunk(2, dim=-1)
-            outs.append(_linear(F.silu(gate) * up, down_E[e], None))
+            gate, up = linear(x_MD[start:start + n], gate_up_E[e], None).chunk(2, dim=-1)
+            outs.append(linear(F.silu(gate) * up, down_E[e], None))
             start += n
         y_MD = torch.cat(outs) * w_NK.reshape(-1)[order_M, None]
         return torch.zeros_like(x_ND).index_add_(0, tok_M, y_MD.to(x_ND.dtype))
