@@ -240,7 +240,10 @@ class Suite:
 
     def save(self) -> None:
         self.path.mkdir(parents=True, exist_ok=True)
-        (self.path / SUITE_FILE).write_text(tomli_w.dumps(self.spec.model_dump(mode="json"), multiline_strings=True))
+        spec = self.spec.model_dump(mode="json")
+        if not spec["miner"]:  # hand-made and generated suites have no miner settings
+            del spec["miner"]
+        (self.path / SUITE_FILE).write_text(tomli_w.dumps(spec, multiline_strings=True))
 
 
 def _read_toml(file: Path, model: type[M]) -> M:
