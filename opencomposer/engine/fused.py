@@ -46,12 +46,14 @@ DENSE_MAX_RATIO = 8
 the routed one's)."""
 
 
-def _plain(w: torch.Tensor) -> torch.Tensor:
-    return w.contiguous()
+class _PlainOps:
+    """kernels.py's packed products, on plain weights with PyTorch's default kernels."""
 
-
-def _plain_linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    return F.linear(x, w, bias)
+    pack = staticmethod(lambda w: w.contiguous())
+    linear = staticmethod(F.linear)
+    linear_silu = staticmethod(lambda x, w: F.silu(F.linear(x, w)))
+    linear_mul = staticmethod(lambda x, w, other: F.linear(x, w) * other)
+    linear_add = staticmethod(lambda x, w, bias, other: F.linear(x, w, bias) + other)
 
 
 class FusedDecoder:
@@ -63,7 +65,7 @@ class FusedDecoder:
     def __init__(self, model: Transformer, cache: KVCache, packed: bool):
         cfg = model.config
         self.model, self.cache, self.cfg = model, cache, cfg
-        self.pack, self.linear = (kernels.pack, kernels.linear) if packed else (_plain, _plain_linear)
+        self.ops = kernels if packed else _PlainOps
         self.dtype = model.embed_tokens.weight.dtype
         H, G, C = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
         self.H, self.G, self.C = H, G, C
@@ -73,6 +75,7 @@ class FusedDecoder:
         self.cos_LC = torch.cat([cos_Lc, cos_Lc], dim=-1).to(self.dtype)
         self.sin_LC = torch.cat([-sin_Lc, sin_Lc], dim=-1).to(self.dtype)
         self.attn = [self._attention_weights(layer.self_attn) for layer in model.layers]
+        self.o_proj = [kernels.Derived([layer.self_attn.o_proj.weight], self.ops.pack) for layer in model.layers]
         self.experts = [self._expert_weights(layer.mlp) if isinstance(layer.mlp, MoE) else None
                         for layer in model.layers]
 
@@ -85,7 +88,7 @@ class FusedDecoder:
             weights += [attn.q_proj.bias, attn.k_proj.bias, attn.v_proj.bias]
 
         def build(wq, wk, wv, nq, nk, *biases):
-            qkv = self.pack(torch.cat([wq, wk, wv]))
+            qkv = self.ops.pack(torch.cat([wq, wk, wv]))
             bias = torch.cat(biases) if has_bias else None
             norm_RC = torch.cat([(nq * scale).expand(H, C), nk.expand(G, C)]).to(self.dtype)
             return qkv, bias, norm_RC
@@ -97,10 +100,13 @@ class FusedDecoder:
         if E > DENSE_MAX_RATIO * moe.k:
             return None
 
+        F_ = twoF // 2
+
         def build(gate_up_EfD, down_EDF):
-            # [E*2F, D] (a view) and [D, E*F]: column e*F + f of the down matrix is down_e[:, f].
-            return (self.pack(gate_up_EfD.reshape(E * twoF, D)),
-                    self.pack(down_EDF.permute(1, 0, 2).reshape(D, E * twoF // 2)))
+            # gate and up [E*F, D]; down [D, E*F]: column e*F + f of it is down_e[:, f].
+            return (self.ops.pack(gate_up_EfD[:, :F_].reshape(E * F_, D)),
+                    self.ops.pack(gate_up_EfD[:, F_:].reshape(E * F_, D)),
+                    self.ops.pack(down_EDF.permute(1, 0, 2).reshape(D, E * F_)))
 
         return kernels.Derived([moe.experts.gate_up_proj, moe.experts.down_proj], build)
 
@@ -130,7 +136,7 @@ class FusedDecoder:
             attn = layer.self_attn
             qkv_w, qkv_b, norm_RC = self.attn[i].get()
             h_BD = F.rms_norm(x_BD, x_BD.shape[-1:], layer.input_layernorm.weight, layer.input_layernorm.eps)
-            qkv = self.linear(h_BD, qkv_w, qkv_b)                           # [B, (H+2G)C]
+            qkv = self.ops.linear(h_BD, qkv_w, qkv_b)                           # [B, (H+2G)C]
             qk_BRC = F.rms_norm(qkv[:, :(H + G) * C].view(B, H + G, C), (C,), eps=attn.q_norm.eps) * norm_RC
             qk_BRC = qk_BRC * cos_B1C + qk_BRC.roll(C // 2, -1) * sin_B1C
             k_SGLC, v_SGLC = cache.layer(i)
@@ -140,16 +146,15 @@ class FusedDecoder:
             v_XPC = v_SGLC[rows, :, :P].to(self.dtype).reshape(B * G, P, C)
             s_XrP = torch.baddbmm(bias_XrP, qk_BRC[:, :H].reshape(B * G, r, C), k_XPC.transpose(1, 2))
             p_XrP = torch.softmax(s_XrP, dim=-1, dtype=torch.float32).to(self.dtype)
-            o_BD = attn.o_proj(torch.bmm(p_XrP, v_XPC).view(B, H * C))
-            x_BD = x_BD + o_BD
+            o_BD = torch.bmm(p_XrP, v_XPC).view(B, H * C)
+            x_BD = self.ops.linear_add(o_BD, self.o_proj[i].get(), attn.o_proj.bias, x_BD)  # x + o_proj(o)
             norm = layer.post_attention_layernorm
             h_BD = F.rms_norm(x_BD, x_BD.shape[-1:], norm.weight, norm.eps)
             if isinstance(layer.mlp, MoE):
-                y_BD, idx_BK = self._moe(i, layer.mlp, h_BD)
+                x_BD, idx_BK = self._moe(i, layer.mlp, h_BD, x_BD)
                 experts_Y.append(idx_BK)
             else:
-                y_BD = layer.mlp(h_BD)
-            x_BD = x_BD + y_BD
+                x_BD = x_BD + layer.mlp(h_BD)
         h_BD = F.rms_norm(x_BD, x_BD.shape[-1:], model.norm.weight, model.norm.eps)
         logits_BV = model.lm_head(h_BD)
         routed = None
@@ -158,8 +163,9 @@ class FusedDecoder:
                       else torch.zeros(B, 0, cfg.num_experts_per_tok, dtype=torch.int32))
         return logits_BV, routed
 
-    def _moe(self, i: int, moe: MoE, h_ND: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Router (as model.route without replay) and experts; returns (y [N, D], experts [N, K])."""
+    def _moe(self, i: int, moe: MoE, h_ND: torch.Tensor, x_ND: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Router (as model.route without replay) and experts on the normed h; returns the
+        residual stream x + moe(h) [N, D] and the experts [N, K]."""
         N, K = h_ND.shape[0], moe.k
         probs_NE = torch.softmax(moe.gate(h_ND), dim=-1, dtype=torch.float32)
         w_NK, idx_NK = torch.topk(probs_NE, K, dim=-1)
@@ -168,14 +174,13 @@ class FusedDecoder:
         w_NK = w_NK.to(h_ND.dtype)
         E = probs_NE.shape[1]
         dense = self.experts[i]
-        if dense is not None and N * K >= E:
-            gate_up_w, down_w = dense.get()
-            gu_NE2F = self.linear(h_ND, gate_up_w, None).view(N, E, 2, -1)
-            w_NE = torch.zeros(N, E, dtype=h_ND.dtype).scatter_(1, idx_NK, w_NK)
-            a_NEF = F.silu(gu_NE2F[:, :, 0]) * gu_NE2F[:, :, 1] * w_NE[:, :, None]
-            y_ND = self.linear(a_NEF.view(N, -1), down_w, None)
-        else:
-            y_ND = moe.experts(h_ND, w_NK, idx_NK)
         if moe.shared_expert is not None:
-            y_ND = y_ND + torch.sigmoid(moe.shared_expert_gate(h_ND)) * moe.shared_expert(h_ND)
-        return y_ND, idx_NK
+            x_ND = x_ND + torch.sigmoid(moe.shared_expert_gate(h_ND)) * moe.shared_expert(h_ND)
+        if dense is not None and N * K >= E:
+            gate_w, up_w, down_w = dense.get()
+            w_NE = torch.zeros(N, E, dtype=h_ND.dtype).scatter_(1, idx_NK, w_NK)
+            # a_e = silu(gate_e h) * w_e * up_e h, the silu and the product done by the matmuls
+            gw_NEF = self.ops.linear_silu(h_ND, gate_w).view(N, E, -1) * w_NE[:, :, None]
+            a_NX = self.ops.linear_mul(h_ND, up_w, gw_NEF.view(N, -1))
+            return self.ops.linear_add(a_NX, down_w, None, x_ND), idx_NK
+        return x_ND + moe.experts(h_ND, w_NK, idx_NK), idx_NK

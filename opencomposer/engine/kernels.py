@@ -35,7 +35,11 @@ def available() -> bool:
     """oneDNN is built into this torch and runs the two ops."""
     try:
         w = torch.randn(8, 4)
-        ok = torch.allclose(linear(torch.ones(2, 4), pack(w), None), F.linear(torch.ones(2, 4), w), atol=1e-5)
+        x, other = torch.ones(2, 4), torch.full((2, 8), 0.5)
+        ok = (torch.allclose(linear(x, pack(w), None), F.linear(x, w), atol=1e-5)
+              and torch.allclose(linear_silu(x, pack(w)), F.silu(F.linear(x, w)), atol=1e-5)
+              and torch.allclose(linear_mul(x, pack(w), other), F.linear(x, w) * other, atol=1e-5)
+              and torch.allclose(linear_add(x, pack(w), None, other), F.linear(x, w) + other, atol=1e-5))
         return bool(torch.backends.mkldnn.is_available() and ok)
     except (AttributeError, RuntimeError):
         return False
@@ -49,6 +53,21 @@ def pack(w: torch.Tensor) -> torch.Tensor:
 def linear(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
     """F.linear(x, w, bias) with w packed by `pack`."""
     return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
+
+
+def linear_silu(x: torch.Tensor, packed: torch.Tensor) -> torch.Tensor:
+    """silu(x w^T), the activation applied by the matmul kernel (oneDNN post-op "swish")."""
+    return torch.ops.mkldnn._linear_pointwise(x, packed, None, "swish", [], "")
+
+
+def linear_mul(x: torch.Tensor, packed: torch.Tensor, other: torch.Tensor) -> torch.Tensor:
+    """(x w^T) * other, the product applied by the matmul kernel (a binary post-op)."""
+    return torch.ops.mkldnn._linear_pointwise.binary(x, other, packed, None, "mul")
+
+
+def linear_add(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None, other: torch.Tensor) -> torch.Tensor:
+    """x w^T + bias + other (a residual connection), added by the matmul kernel."""
+    return torch.ops.mkldnn._linear_pointwise.binary(x, other, packed, bias, "add")
 
 
 class Derived:
