@@ -9,6 +9,8 @@ freezing passes use) runs the same products 1.5-2x faster (benchmarks/decode.py 
 effect on a whole decode step). The math is the model's; only the summation order differs
 (logits agree to ~1e-6 in float32).
 
+`linear_silu`, `linear_mul` and `linear_add` apply an activation, a product or a residual
+sum inside the matmul kernel (oneDNN post-ops), saving one pass over the output each.
 `Derived` holds tensors built from some weights (a packed copy, or fused.py's concatenations)
 and rebuilds them when a weight's in-place version counter has moved.
 
@@ -32,7 +34,7 @@ from opencomposer.model.model import Experts
 
 
 def available() -> bool:
-    """oneDNN is built into this torch and runs the two ops."""
+    """oneDNN is built into this torch and runs the ops below."""
     try:
         w = torch.randn(8, 4)
         x, other = torch.ones(2, 4), torch.full((2, 8), 0.5)
