@@ -109,8 +109,11 @@ class RLStage(_Strict):
     lr: float = Field(2e-4, gt=0)
     kl_coef: float = Field(0.0, ge=0)
     """beta of the KL penalty to the SFT policy."""
-    length_coef: float = Field(1e-5, ge=0)
-    """lambda of the length penalty (small: the family's solutions are all the same length)."""
+    length_coef: float = Field(0.0, ge=0)
+    """lambda of the length penalty. 0: among failed rollouts a penalty favours the shortest, i.e.
+    answering at once without tools, which measured as a collapse (resolved 0 after 3 steps at lr 1e-3)."""
+    tool_error_coef: float = Field(0.0, ge=0)
+    """Penalty per failed or malformed tool call (0 for the same reason: correctness is the signal)."""
     max_staleness: int = Field(1, ge=0)
     micro_batch_size: int = Field(8, ge=1)
 
@@ -178,6 +181,10 @@ class Pipeline:
         self.paths = {"tokenizer": o / "tokenizer", "pretrain": o / "pretrain", "train_suite": o / "tasks" / "train",
                       "heldout_suite": o / "tasks" / "heldout", "sft": o / "sft", "eval_sft": o / "eval" / "sft",
                       "rl": o / "rl", "eval_rl": o / "eval" / "rl", "report": o / "report", "cache": o / "cache"}
+
+    def model_dict(self) -> dict[str, Any]:
+        """The model's ModelConfig keys as this run sets them (vocab_size aside)."""
+        return {**DEFAULT_MODEL, **self.cfg.pretrain.model}
 
     def stage_file(self, name: str) -> Path:
         return self.out / "stages" / f"{name}.json"
@@ -249,7 +256,7 @@ class Pipeline:
 
         vocab = Tokenizer.load(self.paths["tokenizer"]).vocab_size
         cfg = parse_config({
-            "run_dir": str(self.paths["pretrain"]), "model": {**DEFAULT_MODEL, **c.model, "vocab_size": vocab}, "seed": self.cfg.seed,
+            "run_dir": str(self.paths["pretrain"]), "model": {**self.model_dict(), "vocab_size": vocab}, "seed": self.cfg.seed,
             "data": {"sources": ["stdlib"], "max_total_bytes": c.code_bytes, "val_fraction": 0.05, "tokenizer": str(self.paths["tokenizer"]),
                      "cache_dir": str(self.paths["cache"] / "pretrain")},
             "phases": [{"name": "main", "steps": c.steps, "seq_len": c.seq_len, "batch_size": c.batch_size,
@@ -326,7 +333,8 @@ class Pipeline:
             "engine": {"max_slots": max(16, r.group_size * 2), "max_len": agent["context_window"]},
             "sampling": {"temperature": 1.0, "max_new_tokens": agent["max_new_tokens"]},
             "train": {"max_steps": r.steps, "micro_batch_size": r.micro_batch_size, "optim": {"lr": r.lr}},
-            "reward": {"kl_coef": r.kl_coef, "length_coef": r.length_coef},
+            "reward": {"kl_coef": r.kl_coef, "length_coef": r.length_coef, "failed_tool_call_coef": r.tool_error_coef,
+                       "malformed_tool_call_coef": r.tool_error_coef},
             "checkpoint": {"every_steps": max(1, r.steps // 4), "keep_last": 2},
             "log": {"tensorboard": False, "progress": True},
             "agentic": {"suite": str(self.paths["train_suite"]), "runner": "local",

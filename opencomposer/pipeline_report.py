@@ -87,10 +87,7 @@ def write_demo_report(p: "Pipeline") -> dict:
 
 def readme(p: "Pipeline", s: dict, rec: dict, key: str) -> str:
     cfg = p.cfg
-    from opencomposer.pipeline import DEFAULT_MODEL
-
-    m = {**DEFAULT_MODEL, **cfg.pretrain.model}
-    n_params = rec["pretrain"].get("parameters") or rec["pretrain"].get("params")
+    m = p.model_dict()
     times = "\n".join(f"| {n} | {t:.0f} s |" for n, t in s["stage_wall_s"].items())
     verdict = ("RL lifted held-out success by at least 15 points." if s["lift_points"] >= 15 else
                "RL did not lift held-out success by 15 points in this run.")
@@ -131,8 +128,7 @@ Cost/accuracy plot and every held-out trajectory: [eval/index.html](eval/index.h
 - tokenizer: byte-level BPE, {rec['tokenizer'].get('vocab_size')} tokens (system turn:
   {rec['tokenizer'].get('system_turn_tokens')} tokens)
 - model: MoE+MTP decoder, hidden {m.get('hidden_size')}, {m.get('num_hidden_layers')} layers,
-  {m.get('num_experts')} experts top-{m.get('num_experts_per_tok')}, {m.get('num_mtp_modules')} MTP module
-  {f'({n_params / 1e6:.1f}M parameters)' if isinstance(n_params, (int, float)) else ''}; pretrained
+  {m.get('num_experts')} experts top-{m.get('num_experts_per_tok')}, {m.get('num_mtp_modules')} MTP module; pretrained
   {cfg.pretrain.steps} steps x {cfg.pretrain.batch_size} x {cfg.pretrain.seq_len} tokens of stdlib code
 - SFT: {cfg.sft.steps} steps x {cfg.sft.batch_size} oracle trajectories (read_file, one edit_file,
   "Done."), lr {cfg.sft.lr}; final validation loss {rec['sft'].get('val_loss')}
