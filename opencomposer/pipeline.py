@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from rich.console import Console
 
 from opencomposer.errors import ConfigError
@@ -80,7 +80,7 @@ class PretrainStage(_Strict):
 
 class TasksStage(_Strict):
     n_train: int = Field(256, gt=0)
-    n_heldout: int = Field(50, gt=0)
+    n_heldout: int = Field(200, gt=0)
     difficulty: int = Field(0, ge=0)
     """Distractor functions per module (demo_family.MAX_DIFFICULTY at most)."""
 
@@ -97,16 +97,17 @@ class SFTStage(_Strict):
 class EvalStage(_Strict):
     temperature: float = Field(1.0, ge=0)
     """Sampling temperature of both evaluations (RL samples at 1.0 too)."""
-    concurrency: int = Field(8, ge=1)
+    concurrency: int = Field(16, ge=1)
     """Episodes at once (one engine batches them)."""
 
 
 class RLStage(_Strict):
-    steps: int = Field(16, gt=0)
+    steps: int = Field(32, gt=0)
+    """Trainer steps; steps x groups_per_step training tasks are used, each once."""
     group_size: int = Field(8, ge=2)
     """G: rollouts per task (Dr. GRPO needs mixed outcomes within a group)."""
-    groups_per_step: int = Field(4, ge=1)
-    lr: float = Field(2e-4, gt=0)
+    groups_per_step: int = Field(8, ge=1)
+    lr: float = Field(1e-4, gt=0)
     kl_coef: float = Field(0.0, ge=0)
     """beta of the KL penalty to the SFT policy."""
     length_coef: float = Field(0.0, ge=0)
@@ -115,7 +116,7 @@ class RLStage(_Strict):
     tool_error_coef: float = Field(0.0, ge=0)
     """Penalty per failed or malformed tool call (0 for the same reason: correctness is the signal)."""
     max_staleness: int = Field(1, ge=0)
-    micro_batch_size: int = Field(8, ge=1)
+    micro_batch_size: int = Field(16, ge=1)
 
 
 class PipelineConfig(_Strict):
@@ -132,6 +133,13 @@ class PipelineConfig(_Strict):
     sft: SFTStage = SFTStage()
     eval: EvalStage = EvalStage()
     rl: RLStage = RLStage()
+
+    @model_validator(mode="after")
+    def _enough_tasks(self) -> "PipelineConfig":
+        need = self.rl.steps * self.rl.groups_per_step
+        if need > self.tasks.n_train:  # RL visits each training task at most once
+            raise ValueError(f"rl.steps x rl.groups_per_step = {need} tasks, but tasks.n_train is {self.tasks.n_train}")
+        return self
 
 
 def _set_dotted(d: dict, key: str, value: Any) -> None:
@@ -157,8 +165,8 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
     try:
         return PipelineConfig.model_validate(raw)
     except ValidationError as e:
-        lines = [f"  {'.'.join(str(x) for x in err['loc'])}: {err['msg']}" for err in e.errors()]
-        raise ConfigError(f"invalid pipeline config:\n" + "\n".join(lines)) from None
+        lines = [f"  {'.'.join(str(x) for x in err['loc']) or '(top level)'}: {err['msg']}" for err in e.errors()]
+        raise ConfigError("invalid pipeline config:\n" + "\n".join(lines)) from None
 
 
 def demo_agent(temperature: float = 1.0):

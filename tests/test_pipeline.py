@@ -57,3 +57,16 @@ def test_pipeline_runs_every_stage_and_writes_the_report(tmp_path):
     again = io.StringIO()
     Pipeline(cfg, Console(file=again, width=120)).run()
     assert again.getvalue().count("skipped") == len(Pipeline.STAGES)
+
+
+def test_config_file_restates_the_defaults_and_bad_values_are_named():
+    from pathlib import Path
+
+    from opencomposer.errors import ConfigError
+    from opencomposer.pipeline import PipelineConfig
+
+    assert load_config(Path(__file__).parents[1] / "configs/demo/pipeline.yaml") == PipelineConfig()
+    with pytest.raises(ConfigError, match="rl.steps x rl.groups_per_step"):
+        load_config(None, ["tasks.n_train=16"])  # RL would need more tasks than exist
+    with pytest.raises(ConfigError, match="sft.stepz"):
+        load_config(None, ["sft.stepz=3"])
