@@ -208,7 +208,13 @@ class Pipeline:
         if self.cfg.threads:
             torch.set_num_threads(self.cfg.threads)
         self.out.mkdir(parents=True, exist_ok=True)
-        (self.out / "pipeline.yaml").write_text(yaml.safe_dump(self.cfg.model_dump(mode="json"), sort_keys=False))
+        saved, now = self.out / "pipeline.yaml", self.cfg.model_dump(mode="json")
+        if saved.is_file() and yaml.safe_load(saved.read_text()) != now:
+            old = PipelineConfig.model_validate(yaml.safe_load(saved.read_text())).model_dump(mode="json")
+            diff = {f"{k}": (old[k], now[k]) for k in now if old.get(k) != now[k]}
+            raise ConfigError(f"{self.out} holds a pipeline run with another config (differences, then and now: "
+                              f"{diff}); set out_dir to another directory, or delete {self.out} to start over")
+        saved.write_text(yaml.safe_dump(now, sort_keys=False))
         for i, name in enumerate(self.STAGES, 1):
             done = self.record(name)
             if done is not None:
@@ -225,8 +231,8 @@ class Pipeline:
         index = self.paths["report"] / "index.html"
         summary = json.loads((self.paths["report"] / "summary_demo.json").read_text())
         self.console.rule("[bold]opencomposer demo: done")
-        self.console.print(f"held-out success: SFT {summary['sft_success']:.0%} -> RL {summary['rl_success']:.0%} "
-                           f"({summary['lift_points']:+.0f} points) on {summary['heldout_tasks']} tasks never trained on")
+        self.console.print(f"held-out success: SFT {summary['sft_success']:.1%} -> RL {summary['rl_success']:.1%} "
+                           f"({summary['lift_points']:+.1f} points) on {summary['heldout_tasks']} tasks never trained on")
         self.console.print(f"report: [bold]{index}[/] (and {self.paths['report'] / 'README.md'})")
         return index
 

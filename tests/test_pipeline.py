@@ -57,6 +57,10 @@ def test_pipeline_runs_every_stage_and_writes_the_report(tmp_path):
     again = io.StringIO()
     Pipeline(cfg, Console(file=again, width=120)).run()
     assert again.getvalue().count("skipped") == len(Pipeline.STAGES)
+    from opencomposer.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="another config"):  # never a report mixing two configs
+        Pipeline(load_config(None, [f"out_dir={tmp_path / 'demo'}", *MINI, "sft.lr=0.01"])).run()
 
 
 def test_config_file_restates_the_defaults_and_bad_values_are_named():
