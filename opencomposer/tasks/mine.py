@@ -35,6 +35,7 @@ Left out: packages with C extensions or network tests, tests outside pytest's co
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 import json
 import random
@@ -79,6 +80,8 @@ class PackageConfig:
     """Paths given to pytest; () finds tests/, test/ or <package>/tests."""
     pytest_args: tuple[str, ...] = ()
     """Extra pytest arguments (also used by the grader), e.g. ("--ignore=tests/test_slow.py",)."""
+    exclude: tuple[str, ...] = ()
+    """fnmatch patterns of node ids never graded (timing-sensitive tests flake on a loaded machine)."""
 
 
 PACKAGES = {
@@ -86,7 +89,7 @@ PACKAGES = {
     "more-itertools": PackageConfig(),
     "jmespath": PackageConfig(),
     "tomlkit": PackageConfig(),
-    "mistune": PackageConfig(),
+    "mistune": PackageConfig(exclude=("tests/test_security_*.py::*", "tests/test_inline_limits.py::*")),
     "semver": PackageConfig(),
     "cachetools": PackageConfig(),
     "humanize": PackageConfig(requirements=("freezegun==1.5.5", "python-dateutil==4.0.0"),
@@ -437,15 +440,16 @@ class Miner:
         finally:
             ws.close()
         passing = baseline.passed()
+        graded = [t for t in sorted(passing) if not any(fnmatch.fnmatch(t, p) for p in self.config.exclude)]
         failing = sorted(t for t in passing if run.outcomes.get(t) != "passed")
-        still = sorted(t for t in passing if run.outcomes.get(t) == "passed")
+        still = [t for t in graded if run.outcomes.get(t) == "passed"]
         if not failing:
             return "no test fails on the broken workspace"
         if len(failing) > s.max_f2p_frac * len(passing):
             return f"{len(failing)} of {len(passing)} tests fail (more than {s.max_f2p_frac:.0%})"
-        f2p = [t for t in failing if run.failures.get(t, 0) <= s.max_failures]
+        f2p = [t for t in failing if t in graded and run.failures.get(t, 0) <= s.max_failures]
         if not f2p:
-            return f"every failing test fails more than {s.max_failures} subtests (too slow to grade)"
+            return f"no failing test can be graded (excluded, or more than {s.max_failures} failing subtests)"
         changed = set(broken)
         related = {t for fc in cov.values() if fc.path in changed for t in fc.tests}
         f2p_files = {t.split("::")[0] for t in f2p}
