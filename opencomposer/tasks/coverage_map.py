@@ -3,6 +3,7 @@
     run_tests(ws, paths, pytest_args, cover=True) -> TestRun
         outcomes  {node id: passed|failed|error|skipped|xfail}
         lines     {file: {line: {test index, or -1 for code run outside any test}}}
+        failures  {node id: failed reports} (more than one: failing subtests)
 
 The runner is a small script written into the workspace (like the grader's) that starts
 `coverage.Coverage` before pytest imports anything, and switches the dynamic context to the

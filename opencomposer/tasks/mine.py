@@ -19,8 +19,10 @@
 4. Each candidate is applied to a fresh workspace and the whole suite runs: fail-to-pass =
    tests that passed on the sdist and fail now (measured, not guessed); pass-to-pass = a sample
    of the still-passing tests related to the change (same test files, or covering the changed
-   files). Fail-to-pass tests are deleted from the visible test files (their full files go to
+   files). Every failing test is deleted from the visible test files (the full files go to
    hidden_tests/); break.patch = bodies removed + tests hidden; gold.patch = bodies restored.
+   Not graded: tests a package marks timing-sensitive (PackageConfig.exclude) and tests
+   failing with more than `max_failures` subtest reports (too slow to grade).
 5. Validation (validate.validate_task, `runs` times): broken fails every f2p and passes
    every p2p, gold passes all. Flaky tests are dropped and the task validated again; a task
    that is still invalid is rejected (recorded, and skipped on later runs).
