@@ -126,7 +126,10 @@ def test_smoke_rl_run_through_the_cli(tmp_path):
     assert [m["step"] for m in metrics] == [1, 2]
     for m in metrics:
         assert m["tokens/generated"] > 0 and np.isfinite(m["loss"]) and m["groups/trained"] == 2
-        assert m["sync/bytes_sent"] > 0 and m["staleness/group_max"] <= 1
+        assert m["staleness/group_max"] <= 1
+        # a delta sync sends bytes whenever the step changed weights; a step whose groups all
+        # tied (zero advantages: a random model fails every task alike) changes none
+        assert m["sync/bytes_sent"] > 0 or m["groups/degenerate_frac"] == 1.0
     trajs = read_jsonl(run / "trajectories.jsonl")
     assert len(trajs) == 8 and len({t.task_id for t in trajs}) == 4
     for t in trajs:
