@@ -141,3 +141,29 @@ class Checkpointer:
     @staticmethod
     def load_model(state: CheckpointState, dtype: torch.dtype | None = None) -> Transformer:
         return load_pretrained(state.path / "model", dtype=dtype)
+
+
+def open_run(cfg, run_dir: Path, resume: bool, resumable: tuple[str, ...]) -> tuple[Checkpointer, CheckpointState | None]:
+    """Prepare `run_dir` for an RL run: its Checkpointer and, with `resume`, the latest state.
+
+    A directory that already holds checkpoints is refused without `resume` (a finished run is
+    never overwritten); resuming with a config that differs from the checkpoint's, outside the
+    `resumable` key prefixes, is refused too. The resolved config is saved as config.yaml.
+    """
+    from opencomposer.config import RLConfig, config_diff, save_config
+    from opencomposer.errors import ConfigError
+
+    ckpt = Checkpointer(run_dir / "checkpoints", cfg.checkpoint.keep_last)
+    state = None
+    if resume and ckpt.latest() is not None:
+        state = ckpt.load()
+        changed = {k: v for k, v in config_diff(RLConfig.model_validate(state.config), cfg).items()
+                   if not k.startswith(resumable)}
+        if changed:
+            raise ConfigError(f"--resume with a different config than the checkpoint's ({state.path}); "
+                              f"differences (checkpoint, now): {changed}")
+    elif not resume and ckpt.latest() is not None:
+        raise ConfigError(f"{run_dir} already holds checkpoints: pass --resume to continue, or set run.out_dir")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    save_config(cfg, run_dir / "config.yaml")
+    return ckpt, state

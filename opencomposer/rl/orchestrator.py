@@ -432,11 +432,9 @@ def run_agentic(cfg, *, resume: bool = False, make_policy: PolicyFactory | None 
 
     import torch
 
-    from opencomposer.config import RLConfig, config_diff, save_config
     from opencomposer.engine.client import InProcessClient, SGLangClient
-    from opencomposer.errors import ConfigError
     from opencomposer.harness.agent import TokenClientPolicy
-    from opencomposer.rl.checkpoint import Checkpointer, set_rng_state
+    from opencomposer.rl.checkpoint import Checkpointer, open_run, set_rng_state
     from opencomposer.rl.single_turn import MetricsLog, load_tokenizer
     from opencomposer.rl.trainer import Trainer, load_policy
     from opencomposer.rl.weight_sync import DiskSync, InPlaceSync
@@ -444,19 +442,7 @@ def run_agentic(cfg, *, resume: bool = False, make_policy: PolicyFactory | None 
 
     a = cfg.agentic
     run_dir = Path(cfg.run.out_dir)
-    ckpt = Checkpointer(run_dir / "checkpoints", cfg.checkpoint.keep_last)
-    state = None
-    if resume and ckpt.latest() is not None:
-        state = ckpt.load()
-        changed = {k: v for k, v in config_diff(RLConfig.model_validate(state.config), cfg).items()
-                   if not k.startswith(_RESUMABLE_CHANGES)}
-        if changed:
-            raise ConfigError(f"--resume with a different config than the checkpoint's ({state.path}); "
-                              f"differences (checkpoint, now): {changed}")
-    elif not resume and ckpt.latest() is not None:
-        raise ConfigError(f"{run_dir} already holds checkpoints: pass --resume to continue, or set run.out_dir")
-    run_dir.mkdir(parents=True, exist_ok=True)
-    save_config(cfg, run_dir / "config.yaml")
+    ckpt, state = open_run(cfg, run_dir, resume, _RESUMABLE_CHANGES)
     if cfg.run.num_threads:
         torch.set_num_threads(cfg.run.num_threads)
 

@@ -273,9 +273,8 @@ def _free_port() -> int:
 def run_ray(cfg, *, resume: bool = False, on_step: Callable[[int, dict], None] | None = None) -> dict:
     """Run `cfg` (mode agentic, runner ray); connects to agentic.ray.address or an already
     initialised Ray, else starts a local instance. Returns the same summary as run_agentic."""
-    from opencomposer.config import RLConfig, config_diff, save_config
     from opencomposer.errors import ConfigError
-    from opencomposer.rl.checkpoint import Checkpointer
+    from opencomposer.rl.checkpoint import open_run
     from opencomposer.rl.single_turn import MetricsLog
     from opencomposer.rl.trainer import load_policy
 
@@ -283,19 +282,7 @@ def run_ray(cfg, *, resume: bool = False, on_step: Callable[[int, dict], None] |
     if cfg.weight_sync.mode != "in_place":
         raise ConfigError("runner 'ray' serves the policy from an InferenceActor: weight_sync.mode must be 'in_place'")
     run_dir = Path(cfg.run.out_dir).resolve()
-    ckpt = Checkpointer(run_dir / "checkpoints", cfg.checkpoint.keep_last)
-    state = None
-    if resume and ckpt.latest() is not None:
-        state = ckpt.load()
-        changed = {k: v for k, v in config_diff(RLConfig.model_validate(state.config), cfg).items()
-                   if not k.startswith(_RESUMABLE_CHANGES)}
-        if changed:
-            raise ConfigError(f"--resume with a different config than the checkpoint's ({state.path}); "
-                              f"differences (checkpoint, now): {changed}")
-    elif not resume and ckpt.latest() is not None:
-        raise ConfigError(f"{run_dir} already holds checkpoints: pass --resume to continue, or set run.out_dir")
-    run_dir.mkdir(parents=True, exist_ok=True)
-    save_config(cfg, run_dir / "config.yaml")
+    ckpt, state = open_run(cfg, run_dir, resume, _RESUMABLE_CHANGES)
     tasks = select_tasks(a)
     started = False
     if not ray.is_initialized():

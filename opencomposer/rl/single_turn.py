@@ -36,12 +36,12 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import torch
 
-from opencomposer.config import RLConfig, RewardFunctionConfig, config_diff, save_config
+from opencomposer.config import RLConfig, RewardFunctionConfig
 from opencomposer.engine.types import GenerationRequest, GenerationResult, SamplingParams
 from opencomposer.errors import ConfigError, InferenceError
 from opencomposer.model.tokenizer import Tokenizer, bundled_tokenizer
 from opencomposer.rl.buffer import DataCursor, Group, GroupBuffer, Sample
-from opencomposer.rl.checkpoint import Checkpointer, set_rng_state
+from opencomposer.rl.checkpoint import Checkpointer, open_run, set_rng_state
 from opencomposer.rl.trainer import Trainer, load_policy
 from opencomposer.rl.weight_sync import InPlaceSync
 
@@ -276,20 +276,7 @@ def run_single_turn(cfg: RLConfig, *, resume: bool = False, prompts: Sequence[Pr
         raise ConfigError("single-turn mode generates with the embedded engine: weight_sync.mode must be "
                           "'in_place' ('disk' is for remote inference servers)")
     run_dir = Path(cfg.run.out_dir)
-    ckpt = Checkpointer(run_dir / "checkpoints", cfg.checkpoint.keep_last)
-    state = None
-    if resume:
-        if ckpt.latest() is not None:
-            state = ckpt.load()
-            changed = {k: v for k, v in config_diff(RLConfig.model_validate(state.config), cfg).items()
-                       if not k.startswith(_RESUMABLE_CHANGES)}
-            if changed:
-                raise ConfigError(f"--resume with a different config than the checkpoint's ({state.path}); "
-                                  f"differences (checkpoint, now): {changed}")
-    elif ckpt.latest() is not None:
-        raise ConfigError(f"{run_dir} already holds checkpoints: pass --resume to continue, or set run.out_dir")
-    run_dir.mkdir(parents=True, exist_ok=True)
-    save_config(cfg, run_dir / "config.yaml")
+    ckpt, state = open_run(cfg, run_dir, resume, _RESUMABLE_CHANGES)
     if cfg.run.num_threads:
         torch.set_num_threads(cfg.run.num_threads)
 
