@@ -129,7 +129,7 @@ def test_smoke_rl_run_through_the_cli(tmp_path):
         assert m["staleness/group_max"] <= 1
         # a delta sync sends bytes whenever the step changed weights; a step whose groups all
         # tied (zero advantages: a random model fails every task alike) changes none
-        assert m["sync/bytes_sent"] > 0 or m["groups/degenerate_frac"] == 1.0
+        assert "groups/degenerate_frac" in m and (m["sync/bytes_sent"] > 0 or m["groups/degenerate_frac"] == 1.0)
     trajs = read_jsonl(run / "trajectories.jsonl")
     assert len(trajs) == 8 and len({t.task_id for t in trajs}) == 4
     for t in trajs:

@@ -34,7 +34,10 @@ def test_smoke_rl_run_on_ray_with_a_two_rank_fsdp_trainer(tmp_path, local_ray):
     metrics = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in metrics] == [1, 2]
     for m in metrics:
-        assert m["trainer/world_size"] == 2 and m["sync/bytes_sent"] > 0 and m["tokens/generated"] > 0
+        assert m["trainer/world_size"] == 2 and m["tokens/generated"] > 0
+        # a delta sync sends bytes whenever the step changed weights; a step whose groups all
+        # tied (zero advantages: a random model fails every task alike) changes none
+        assert "groups/degenerate_frac" in m and (m["sync/bytes_sent"] > 0 or m["groups/degenerate_frac"] == 1.0)
     trajs = read_jsonl(run / "trajectories.jsonl")
     assert len(trajs) == 8 and all(t.reward is not None and any(t.segments[0].loss_mask) for t in trajs)
     ckpts = sorted((run / "checkpoints").glob("step_*[0-9]"))
