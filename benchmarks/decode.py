@@ -206,8 +206,8 @@ def main() -> None:
 
     runners = {"engine": EngineRunner(Engine(copy.deepcopy(model), max_slots=args.batch, max_len=max_len),
                                       args.new_tokens),
-               "eager_kernels": EngineRunner(Engine(copy.deepcopy(model), max_slots=args.batch, max_len=max_len,
-                                                    prepack_weights=False), args.new_tokens)}
+               "torch_path": EngineRunner(Engine(copy.deepcopy(model), max_slots=args.batch, max_len=max_len,
+                                                 native_kernels=False), args.new_tokens)}
     if cfg.num_mtp_modules:
         runners["spec"] = EngineRunner(Engine(copy.deepcopy(model), max_slots=args.batch, max_len=max_len,
                                               speculative_depth=cfg.num_mtp_modules), args.new_tokens)
@@ -218,7 +218,7 @@ def main() -> None:
     batches = {1: prompts[:1], args.batch: prompts}
     tps, outputs, bw, mm_rate = interleaved(runners, batches, args.repeats, args.new_tokens)
     tmp.cleanup()
-    out.update(bandwidth_GBps=bw / 1e9, matmul_GFLOPs=mm_rate / 1e9, prepacked=runners["engine"].engine.prepacked)
+    out.update(bandwidth_GBps=bw / 1e9, matmul_GFLOPs=mm_rate / 1e9, native=runners["engine"].engine.native)
     for B in batches:
         out[f"engine_tps_b{B}"] = tps["engine", B]
         out[f"engine_step_ms_b{B}"] = 1e3 * statistics.median(runners["engine"].step_s[B])
@@ -227,8 +227,9 @@ def main() -> None:
             out[f"speedup_b{B}"] = tps["engine", B] / tps["transformers", B]
             same = sum(a == b for a, b in zip(outputs["transformers", B], outputs["engine", B]))
             out[f"same_outputs_b{B}"] = f"{same}/{B}"
-    out["engine_eager_kernels_tps"] = tps["eager_kernels", args.batch]
-    out["engine_eager_kernels_step_ms"] = 1e3 * statistics.median(runners["eager_kernels"].step_s[args.batch])
+    for B in batches:
+        out[f"engine_torch_path_tps_b{B}"] = tps["torch_path", B]
+    out["engine_torch_path_step_ms"] = 1e3 * statistics.median(runners["torch_path"].step_s[args.batch])
     lag_med, lag_max = asyncio.run(event_loop_lag(runners["engine"].engine, prompts, args.new_tokens))
     out.update(event_loop_lag_ms_median=lag_med, event_loop_lag_ms_max=lag_max)
 
@@ -267,8 +268,9 @@ def main() -> None:
             line += (f"   transformers {out[f'transformers_tps_b{b}']:7.0f} tok/s   x{out[f'speedup_b{b}']:.1f}"
                      f"   same outputs {out[f'same_outputs_b{b}']}")
         print(line)
-    print(f"batch {B} with eager kernels (prepack_weights=False): {out['engine_eager_kernels_tps']:.0f} tok/s, "
-          f"step {out['engine_eager_kernels_step_ms']:.2f} ms")
+    print(f"engine without its C++ kernels (native_kernels=False: oneDNN + fused.py): batch 1 "
+          f"{out['engine_torch_path_tps_b1']:.0f} tok/s, batch {B} {out[f'engine_torch_path_tps_b{B}']:.0f} tok/s, "
+          f"step {out['engine_torch_path_step_ms']:.2f} ms")
     print(f"batch {B} decode step: {out[f'engine_step_ms_b{B}']:.2f} ms measured, limit {out['limit_step_ms']:.2f} ms "
           f"({out['limit_bound']}-bound: {nbytes / 1e6:.1f} MB, {flops / 1e6:.0f} MFLOP; experts used per layer "
           f"{used}) -> {100 * out['fraction_of_limit']:.0f}% of the limit")

@@ -27,11 +27,12 @@ Per-token outputs. `logprobs[j]` = log softmax(logits)[token] at temperature 1 (
 of input position P-1+j (SGLang's row layout): `routed_experts[0] == prompt_routed_experts[-1]`,
 and replaying prompt_routed_experts + routed_experts[1:] reproduces every output logprob.
 
-On CPU the engine's linear layers and experts run on oneDNN with prepacked weights
-(kernels.py; `prepack_weights=False` keeps PyTorch's default kernels). Plain decode steps run
-fused.py's one-token forward (the model's math in ~30 ops per layer instead of ~350: at batch 16
-the step is then mostly the time to read the weights); prefill and speculative verification run
-the model's generic forward.
+Forward passes go through forward.py's seam. On the CPU in float32 every pass (prefill, plain
+decode, speculative verification, MTP drafting) runs the C++ kernels of native.py: 4 ops per
+layer, the experts grouped per expert with no Python in between. Where those cannot be built
+(no compiler) or for other dtypes, the linear layers and experts run on oneDNN with prepacked
+weights (kernels.py; `prepack_weights=False` keeps PyTorch's default kernels), plain decode
+steps on fused.py's one-token forward and the rest on the model's generic forward.
 
 Covered: token-id requests of any mix of sampling parameters in one batch, per-request seeds
 (`random.Random(seed)` per request: the same tokens alone or batched), abort on cancellation.
@@ -58,7 +59,7 @@ from typing import Callable, Iterable
 import numpy as np
 import torch
 
-from opencomposer.engine import fused, kernels, speculative
+from opencomposer.engine import forward, kernels, speculative
 from opencomposer.engine.sampling import sample, sampling_probs, token_logprobs
 from opencomposer.engine.types import GenerationRequest, GenerationResult
 from opencomposer.errors import CheckpointError
@@ -130,14 +131,16 @@ class Engine:
     prompt + output. speculative_depth: k MTP draft tokens per step (0: plain decoding; at most
     the model's num_mtp_modules). dtype: cast the model and its cache; None keeps the model's
     dtype. prepack_weights: on CPU, swap the linear layers and experts for oneDNN kernels with
-    prepacked weights (kernels.py; same parameters and state_dict, eager under autograd).
+    prepacked weights (kernels.py; same parameters and state_dict, eager under autograd) when
+    the C++ kernels are not used. native_kernels: run every pass on the C++ kernels where they
+    build (forward.py; False: the oneDNN/PyTorch path). `engine.native` says which runs.
     num_threads: torch intra-op threads (None: unchanged). The engine owns `model`: it is cast
     and its modules swapped in place (pass a copy to keep an untouched one).
     """
 
     def __init__(self, model: Transformer, *, max_slots: int = 32, max_len: int = 4096,
                  speculative_depth: int = 0, dtype: torch.dtype | None = None,
-                 prepack_weights: bool = True, num_threads: int | None = None):
+                 prepack_weights: bool = True, native_kernels: bool = True, num_threads: int | None = None):
         cfg = model.config
         if not 0 <= speculative_depth <= cfg.num_mtp_modules:
             raise ValueError(f"speculative_depth={speculative_depth} needs that many MTP modules; the model "
@@ -149,14 +152,19 @@ class Engine:
         self.model = model.to(dtype).eval() if dtype is not None else model.eval()
         self.dtype = next(self.model.parameters()).dtype
         device = next(self.model.parameters()).device
-        self.prepacked = prepack_weights and device.type == "cpu" and kernels.available()
-        if self.prepacked:
-            kernels.prepack(self.model)
         self.max_slots, self.max_len, self.k = max_slots, max_len, speculative_depth
         self.vocab_size = cfg.vocab_size
         # k positions of headroom: a verify forward near the end of the context writes drafts there.
         self.cache = KVCache(cfg, max_slots, max_len + speculative_depth, dtype=self.dtype, device=device)
-        self._fused = fused.FusedDecoder(self.model, self.cache, packed=self.prepacked)
+        self.prepacked = prepack_weights and device.type == "cpu" and kernels.available()
+        if native_kernels:
+            self._fwd = forward.make_forward(self.model, self.cache, packed=self.prepacked)
+        else:
+            self._fwd = forward.TorchForward(self.model, self.cache, packed=self.prepacked)
+        self.native = isinstance(self._fwd, forward.NativeForward)
+        if self.prepacked and not self.native:
+            kernels.prepack(self.model)
+        self.prepacked = self.prepacked and not self.native
         W = speculative.window(speculative_depth)
         self._hist_SWD = torch.zeros(max_slots, W, cfg.hidden_size, dtype=self.dtype, device=device)
         self.policy_version = 0
@@ -419,12 +427,12 @@ class Engine:
         prompt_RP = torch.tensor([s.tokens for s in rep_seqs])
         rep_slots_R = torch.tensor([s.slot for s in rep_seqs])
         want = any(s.wants_experts for s in group)
-        out = self.model(prompt_RP, self.cache, rep_slots_R, return_routed_experts=want, compute_logits=False)
+        out = self._fwd(prompt_RP, rep_slots_R, logits="last", want_experts=want)
         self.cache.advance(rep_slots_R, P)
         W = self._hist_SWD.shape[1]
         if self.k:
             upto = P - min(P, W)
-            speculative.prefill_mtp(self.model, self.cache, rep_slots_R, out.hidden, prompt_RP, self.k, upto)
+            speculative.prefill_mtp(self._fwd.mtp_step, self.cache, rep_slots_R, out.hidden, prompt_RP, self.k, upto)
         for s, r in zip(group, rep_of):
             src = rep_seqs[r].slot
             if s.slot != src:  # all cache layers (main and MTP), the prompt's positions
@@ -432,7 +440,7 @@ class Engine:
                 self.cache.v[:, s.slot, :, :P] = self.cache.v[:, src, :, :P]
                 self.cache.lengths[s.slot] = P
         idx_B = torch.tensor(rep_of)
-        logits_BV = self.model.lm_head(out.hidden[idx_B, -1])
+        logits_BV = out.logits[idx_B]
         experts = out.routed_experts[idx_B].numpy() if want else None
         tokens, logprobs = self._sample(logits_BV, group)
         for b, s in enumerate(group):
@@ -449,10 +457,10 @@ class Engine:
         slots = [s.slot for s in seqs]
         ids_B = torch.tensor([s.tokens[-1] for s in seqs])
         want = any(s.wants_experts for s in seqs)
-        logits_BV, experts_BYK = self._fused.decode(ids_B, slots, want_experts=want)
+        out = self._fwd(ids_B[:, None], torch.tensor(slots), logits="all", want_experts=want)
         self.cache.lengths[slots] += 1
-        tokens, logprobs = self._sample(logits_BV, seqs)
-        experts = experts_BYK.numpy() if want else None
+        tokens, logprobs = self._sample(out.logits[:, 0], seqs)
+        experts = out.routed_experts[:, 0].numpy() if want else None
         for b, s in enumerate(seqs):
             self._extend(s, [tokens[b]], [logprobs[b]], experts[b:b + 1] if experts is not None else None)
 
@@ -463,7 +471,7 @@ class Engine:
         ids_BJ = torch.tensor([[s.tokens[-1]] + s.drafts for s in seqs])
         drafts_Bk = ids_BJ[:, 1:]
         want = any(s.wants_experts for s in seqs)
-        out = self.model(ids_BJ, self.cache, slots_B, return_routed_experts=want)
+        out = self._fwd(ids_BJ, slots_B, logits="all", want_experts=want)
         logits_BJV = out.logits.float()
         p_BJV = None
         if any(s.processed for s in seqs) or not all(s.greedy for s in seqs):
@@ -516,7 +524,7 @@ class Engine:
                 u_B = torch.tensor([0.5 if s.greedy else s.rng.random() for s in group], dtype=torch.float64)
                 return sample(q_BV, u_B), q_BV
 
-            drafts_Bk, q_BkV = speculative.draft(self.model, self.cache, slots_B, hidden_BTD, next_BT,
+            drafts_Bk, q_BkV = speculative.draft(self._fwd.mtp_step, self.cache, slots_B, hidden_BTD, next_BT,
                                                  self.k, sampler)
             for b, (s, d) in enumerate(zip(group, drafts_Bk.tolist())):
                 s.drafts, s.q_kV = d, (None if q_BkV is None else q_BkV[b])

@@ -1,5 +1,7 @@
-"""The engine's one-token decode step with few, large ops: the same math as the model's cached
-forward (model.py) at T = 1, rearranged for a CPU where each PyTorch op costs microseconds.
+"""The engine's one-token decode step with few, large PyTorch ops: the same math as the model's
+cached forward (model.py) at T = 1, rearranged for a CPU where each PyTorch op costs
+microseconds. The engine uses it where its C++ kernels (native.py) are unavailable
+(forward.TorchForward).
 
 At batch 16 the ~15M-parameter benchmark model (benchmarks/decode.py) spends its decode step
 reading ~50 MB of weights; the model's generic forward adds ~1,500 small ops (norms, rotary,
@@ -111,10 +113,10 @@ class FusedDecoder:
         return kernels.Derived([moe.experts.gate_up_proj, moe.experts.down_proj], build)
 
     def decode(self, ids_B: torch.Tensor, slots: list[int],
-               want_experts: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+               want_experts: bool = False) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
         """One token per row appended to slot slots[b] at position cache.lengths[slot] (the
-        caller advances the lengths). Returns logits [B, V] and, when asked, the routed experts
-        [B, Y, K] int32."""
+        caller advances the lengths). Returns logits [B, V], the routed experts [B, Y, K] int32
+        (None unless asked) and the final-normed hidden [B, D]."""
         model, cache, cfg = self.model, self.cache, self.cfg
         B, H, G, C = len(slots), self.H, self.G, self.C
         r = H // G
@@ -161,7 +163,7 @@ class FusedDecoder:
         if want_experts:
             routed = (torch.stack(experts_Y, dim=1).to(torch.int32) if experts_Y
                       else torch.zeros(B, 0, cfg.num_experts_per_tok, dtype=torch.int32))
-        return logits_BV, routed
+        return logits_BV, routed, h_BD
 
     def _moe(self, i: int, moe: MoE, h_ND: torch.Tensor, x_ND: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Router (as model.route without replay) and experts on the normed h; returns the

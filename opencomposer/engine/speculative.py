@@ -38,7 +38,11 @@ from typing import Callable
 import torch
 
 from opencomposer.engine.sampling import sample
-from opencomposer.model.model import KVCache, Transformer
+from opencomposer.model.model import KVCache
+
+# forward.Forward.mtp_step: (depth, hidden [B, T, D], ids [B, T], slots [B], logits?) ->
+# (last position's logits [B, V] or None, hidden [B, T, D])
+MtpStep = Callable[..., tuple[torch.Tensor | None, torch.Tensor]]
 
 # (logits [B, V] of one depth) -> (draft tokens int64 [B], their distribution q [B, V] or None
 # when every row is greedy)
@@ -50,7 +54,7 @@ def window(k: int) -> int:
     return 2 * k
 
 
-def draft(model: Transformer, cache: KVCache, slots_B: torch.Tensor, hidden_BTD: torch.Tensor,
+def draft(mtp_step: MtpStep, cache: KVCache, slots_B: torch.Tensor, hidden_BTD: torch.Tensor,
           next_BT: torch.Tensor, k: int, sampler: DraftSampler) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Draft k tokens per row. The window is the last T positions i = L-T..L-1 of each slot
     (L = cache.lengths[slot]); hidden_BTD holds their main hiddens h_i and next_BT the tokens
@@ -60,14 +64,14 @@ def draft(model: Transformer, cache: KVCache, slots_B: torch.Tensor, hidden_BTD:
     ext_BX = next_BT  # t_{L-T+1} .., then the drafts as they come
     h_BTD, qs = hidden_BTD, []
     for d in range(1, k + 1):
-        logits_BTV, h_BTD = model.mtp_step(d, h_BTD, ext_BX[:, d - 1:d - 1 + T], cache, slots_B)
-        tok_B, q_BV = sampler(logits_BTV[:, -1])
+        logits_BV, h_BTD = mtp_step(d, h_BTD, ext_BX[:, d - 1:d - 1 + T], slots_B)
+        tok_B, q_BV = sampler(logits_BV)
         ext_BX = torch.cat([ext_BX, tok_B[:, None]], dim=1)
         qs.append(q_BV)
     return ext_BX[:, T:], (None if qs[0] is None else torch.stack(qs, dim=1))
 
 
-def prefill_mtp(model: Transformer, cache: KVCache, slots_B: torch.Tensor, hidden_BPD: torch.Tensor,
+def prefill_mtp(mtp_step: MtpStep, cache: KVCache, slots_B: torch.Tensor, hidden_BPD: torch.Tensor,
                 prompt_BP: torch.Tensor, k: int, upto: int) -> None:
     """Write the MTP caches of prompt positions 0..upto-1, all of whose depth-d tokens t_{i+d}
     (d <= k) are prompt tokens (needs upto + k <= P). The newest positions are left to `draft`.
@@ -80,7 +84,7 @@ def prefill_mtp(model: Transformer, cache: KVCache, slots_B: torch.Tensor, hidde
     try:
         h_BTD = hidden_BPD[:, :upto]
         for d in range(1, k + 1):
-            _, h_BTD = model.mtp_step(d, h_BTD, prompt_BP[:, d:d + upto], cache, slots_B)
+            _, h_BTD = mtp_step(d, h_BTD, prompt_BP[:, d:d + upto], slots_B, logits=False)
     finally:
         cache.lengths[slots_B] = lengths_B
 

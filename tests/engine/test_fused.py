@@ -33,7 +33,7 @@ def _both(model, packed: bool, slots: list[int], prompt_len: int = 7, seed: int 
                 cache.advance([s], prompt_len + b)
             ids_B = torch.randint(0, m.config.vocab_size, (len(slots),), generator=g)
             if fused:
-                out.append(FusedDecoder(m, cache, packed).decode(ids_B, slots, want_experts=True))
+                out.append(FusedDecoder(m, cache, packed).decode(ids_B, slots, want_experts=True)[:2])
             else:
                 o = m(ids_B[:, None], cache, slots_B, return_routed_experts=True)
                 out.append((o.logits[:, 0], o.routed_experts[:, 0]))
@@ -58,13 +58,13 @@ def test_fused_step_follows_in_place_weight_updates():
     dec = FusedDecoder(model, cache, packed=True)
     ids_B, slots = torch.tensor([3, 4, 5, 6]), [0, 1, 2, 3]
     with torch.inference_mode():
-        before, _ = dec.decode(ids_B, slots)
+        before = dec.decode(ids_B, slots)[0]
     moe = next(layer.mlp for layer in model.layers if isinstance(layer.mlp, MoE))
     with torch.no_grad():
         model.layers[0].self_attn.k_norm.weight.mul_(3.0)
         moe.experts.down_proj.mul_(-2.0)
     with torch.inference_mode():
-        after, _ = dec.decode(ids_B, slots)
+        after = dec.decode(ids_B, slots)[0]
         want = model(ids_B[:, None], cache, torch.tensor(slots)).logits[:, 0]
     assert not torch.allclose(before, after)
     torch.testing.assert_close(after, want, atol=1e-5, rtol=1e-5)

@@ -1,0 +1,461 @@
+// CPU kernels for the engine's forward (native.py builds and loads this file; see its docstring).
+//
+// float32 only. Ops registered as torch.ops.opencomposer.*; "norm" arguments (a weight and eps)
+// RMS-normalise the input rows first, as the model's RMSNorm (w * x / sqrt(mean(x^2) + eps)):
+//   rms_norm(x [M, D], w, eps) -> [M, D]
+//   linear(x [M, I], w_packed [nP, I, 16], O, bias?, residual?, norm?) -> [M, O]
+//       y = x W^T (+ bias) (+ residual). W is packed in panels of 16 output features:
+//       w_packed[p, i, j] = W[16p + j, i] (zero past O), so one panel is contiguous and a tile
+//       of R <= 6 rows x 16 features keeps its 12 accumulators in registers while the panel
+//       streams through once per R rows (BLIS's 6x16 AVX2 micro-kernel shape).
+//   swiglu(x [M, I], gu_packed [nP, I, 16], F, norm?) -> silu(x Wg^T) * (x Wu^T) [M, F]
+//       gate and up interleaved: lanes 0-7 of panel p are gate features 8p..8p+7, lanes 8-15
+//       the same up features, so the product is formed in registers.
+//   moe(x [N, D], norm?, router_packed, E, K, norm_topk_prob, gu_packed [E, nPf, D, 16],
+//       down_packed [E, nPd, F8, 16], residual?) -> (residual + sum_k w_nk expert_k(h_n), experts [N, K])
+//       h = norm(x); residual defaults to x. Router softmax (float32) and top-k as model.route,
+//       then per expert one swiglu and one down product on the tokens routed to it (gathered
+//       rows), the routing weight folded into the activations and the result added to the
+//       output rows: work proportional to K, not E.
+//   attention(qkv [N, (H+2G)C], q_norm_w, k_norm_w, eps, cos [L, C], sin [L, C], k_cache,
+//       v_cache [S, G, L, C], slots [B], start [B], H) -> o [N, H*C]
+//       N = B*T tokens: T per row at positions start[b]..start[b]+T-1 of slot slots[b]. Per
+//       head RMSNorm of q and k, RoPE (x cos + rotate_half(x) sin), keys/values written to the
+//       cache, then causal softmax attention over the slot's positions 0..pos (scale 1/sqrt(C)).
+//
+// Vectors are GCC/Clang vector extensions (8 floats; AVX2+FMA with -march=native, split into
+// narrower registers elsewhere), so the file has no intrinsics. Threads: at::parallel_for over
+// output panels (linear, swiglu, the experts' products) and over (row, kv head) (attention).
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+namespace {
+
+typedef float v8 __attribute__((vector_size(32)));
+typedef int v8i __attribute__((vector_size(32)));
+constexpr int PW = 16;  // panel width: output features per packed panel
+constexpr int MB = 64;  // rows per block: a block's rows stay in cache while every panel passes
+
+inline v8 splat(float a) { return v8{a, a, a, a, a, a, a, a}; }
+inline v8 load(const float* p) { v8 v; std::memcpy(&v, p, sizeof v); return v; }
+inline void store(float* p, v8 v) { std::memcpy(p, &v, sizeof v); }
+inline float hsum(v8 v) {
+  float s = 0.f;
+  for (int j = 0; j < 8; ++j) s += v[j];
+  return s;
+}
+
+// exp(x) = 2^n exp(r), n = round(x log2 e), r = x - n ln 2 (ln 2 in two parts), exp(r) by its
+// Taylor series to degree 7 on |r| <= ln2/2 (truncation error < 1e-8 relative).
+inline v8 vexp(v8 x) {
+  x = x < splat(88.3f) ? x : splat(88.3f);
+  x = x > splat(-87.3f) ? x : splat(-87.3f);
+  const v8 magic = splat(12582912.0f);  // 1.5 * 2^23: adding it rounds to an integer
+  v8 n = (x * splat(1.44269504f) + magic) - magic;
+  v8 r = x - n * splat(0.693359375f) - n * splat(-2.12194440e-4f);
+  v8 p = splat(1.f / 5040);
+  p = p * r + splat(1.f / 720);
+  p = p * r + splat(1.f / 120);
+  p = p * r + splat(1.f / 24);
+  p = p * r + splat(1.f / 6);
+  p = p * r + splat(0.5f);
+  p = p * r + splat(1.f);
+  p = p * r + splat(1.f);
+  v8i e = (__builtin_convertvector(n, v8i) + 127) << 23;
+  return p * (v8)e;
+}
+
+inline v8 vsilu(v8 g) { return g / (splat(1.f) + vexp(-g)); }
+
+// exp of x[0..n) in place; returns the sum.
+inline float exp_sum(float* x, int64_t n) {
+  float s = 0.f;
+  int64_t i = 0;
+  v8 acc{};
+  for (; i + 8 <= n; i += 8) {
+    v8 e = vexp(load(x + i));
+    store(x + i, e);
+    acc += e;
+  }
+  for (; i < n; ++i) {
+    x[i] = std::exp(x[i]);
+    s += x[i];
+  }
+  return s + hsum(acc);
+}
+
+// acc[r] = x[r, :] . panel, for R rows of x (row stride ldx) and one packed panel [I, 16].
+template <int R>
+inline void tile(const float* x, int64_t ldx, const float* w, int64_t I, v8 (&a0)[R], v8 (&a1)[R]) {
+#pragma GCC unroll 6
+  for (int r = 0; r < R; ++r) a0[r] = a1[r] = v8{};
+  for (int64_t i = 0; i < I; ++i) {
+    // The weights stream from memory once: ask for them a panel (16 KB at I = 256) ahead.
+    __builtin_prefetch(w + (i + 256) * PW, 0, 0);
+    v8 b0 = load(w + i * PW), b1 = load(w + i * PW + 8);
+#if defined(__x86_64__)
+    asm("" : "+x"(b0), "+x"(b1));  // keep both in registers (GCC otherwise re-reads b1 per row)
+#endif
+#pragma GCC unroll 6
+    for (int r = 0; r < R; ++r) {
+      const v8 a = splat(x[r * ldx + i]);
+      a0[r] += a * b0;
+      a1[r] += a * b1;
+    }
+  }
+}
+
+// For rows m0..m1 of x and panels p0..p1: epi(row, panel, acc lanes 0-7, acc lanes 8-15).
+template <int R, class Epi>
+inline void rows_tile(const float* x, int64_t ldx, int64_t m, const float* w, int64_t I, int64_t p, Epi& epi) {
+  v8 a0[R], a1[R];
+  tile<R>(x + m * ldx, ldx, w, I, a0, a1);
+  for (int r = 0; r < R; ++r) epi(m + r, p, a0[r], a1[r]);
+}
+
+template <class Epi>
+void panels(const float* x, int64_t ldx, int64_t m0, int64_t m1, const float* wp, int64_t I, int64_t p0,
+            int64_t p1, Epi& epi) {
+  for (int64_t p = p0; p < p1; ++p) {
+    const float* w = wp + p * I * PW;
+    int64_t m = m0;
+    for (; m + 6 <= m1; m += 6) rows_tile<6>(x, ldx, m, w, I, p, epi);
+    switch (m1 - m) {
+      case 5: rows_tile<5>(x, ldx, m, w, I, p, epi); break;
+      case 4: rows_tile<4>(x, ldx, m, w, I, p, epi); break;
+      case 3: rows_tile<3>(x, ldx, m, w, I, p, epi); break;
+      case 2: rows_tile<2>(x, ldx, m, w, I, p, epi); break;
+      case 1: rows_tile<1>(x, ldx, m, w, I, p, epi); break;
+      default: break;
+    }
+  }
+}
+
+// The product of M rows of x with nP packed panels, epi applied to every tile; threads split
+// the panels of each block of MB rows.
+template <class Epi>
+void gemm(const float* x, int64_t ldx, int64_t M, const float* wp, int64_t I, int64_t nP, Epi epi) {
+  for (int64_t m0 = 0; m0 < M; m0 += MB) {
+    const int64_t m1 = std::min(M, m0 + MB);
+    const int64_t grain = std::max<int64_t>(1, nP / (4 * at::get_num_threads()));
+    at::parallel_for(0, nP, grain, [&](int64_t p0, int64_t p1) { panels(x, ldx, m0, m1, wp, I, p0, p1, epi); });
+  }
+}
+
+void check_packed(const at::Tensor& x, const at::Tensor& wp, int64_t I) {
+  TORCH_CHECK(x.scalar_type() == at::kFloat && wp.scalar_type() == at::kFloat, "opencomposer kernels: float32 only");
+  TORCH_CHECK(wp.is_contiguous() && wp.size(-1) == PW && wp.size(-2) == I, "opencomposer kernels: bad packed weight");
+  TORCH_CHECK(x.dim() == 2 && x.stride(1) == 1 && x.size(1) == I, "opencomposer kernels: x must be [M, I], rows contiguous");
+}
+
+// ---- RMSNorm ------------------------------------------------------------------------------------
+
+// y = w * (x / sqrt(mean(x^2) + eps)) per row (the model's RMSNorm), into a new [M, D] tensor.
+at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& w, double eps) {
+  TORCH_CHECK(x.scalar_type() == at::kFloat && x.dim() == 2 && x.stride(1) == 1, "opencomposer.rms_norm: x must be float32 [M, D]");
+  const int64_t M = x.size(0), D = x.size(1), ld = x.stride(0);
+  at::Tensor y = at::empty({M, D}, x.options());
+  at::Tensor wc = w.contiguous();
+  const float *xp = x.data_ptr<float>(), *wp = wc.data_ptr<float>();
+  float* yp = y.data_ptr<float>();
+  for (int64_t m = 0; m < M; ++m) {
+    const float* xr = xp + m * ld;
+    float* yr = yp + m * D;
+    v8 acc{};
+    int64_t d = 0;
+    for (; d + 8 <= D; d += 8) acc += load(xr + d) * load(xr + d);
+    float ss = hsum(acc);
+    for (; d < D; ++d) ss += xr[d] * xr[d];
+    const float inv = 1.f / std::sqrt(ss / D + (float)eps);
+    for (d = 0; d + 8 <= D; d += 8) store(yr + d, load(wp + d) * (load(xr + d) * splat(inv)));
+    for (; d < D; ++d) yr[d] = wp[d] * (xr[d] * inv);
+  }
+  return y;
+}
+
+// x, or its rows RMS-normed when a norm weight is given (the ops below take the block's norm).
+at::Tensor maybe_norm(const at::Tensor& x, const c10::optional<at::Tensor>& norm_w, double eps) {
+  return norm_w.has_value() ? rms_norm(x, *norm_w, eps) : x;
+}
+
+// ---- linear ---------------------------------------------------------------------------------
+
+at::Tensor linear(const at::Tensor& x_in, const at::Tensor& wp, int64_t O, const c10::optional<at::Tensor>& bias,
+                  const c10::optional<at::Tensor>& residual, const c10::optional<at::Tensor>& norm_w, double eps) {
+  const at::Tensor x = maybe_norm(x_in, norm_w, eps);
+  const int64_t M = x.size(0), I = x.size(1), nP = wp.size(0);
+  check_packed(x, wp, I);
+  TORCH_CHECK(nP * PW >= O, "opencomposer.linear: packed weight has fewer than out_features rows");
+  at::Tensor y = at::empty({M, O}, x.options());
+  at::Tensor b = bias.has_value() ? bias->contiguous() : at::Tensor();
+  at::Tensor res = residual.has_value() ? residual->contiguous() : at::Tensor();
+  if (res.defined()) TORCH_CHECK(res.sizes() == y.sizes(), "opencomposer.linear: residual must be [M, out_features]");
+  float* yp = y.data_ptr<float>();
+  const float* bp = b.defined() ? b.data_ptr<float>() : nullptr;
+  const float* rp = res.defined() ? res.data_ptr<float>() : nullptr;
+  auto epi = [&](int64_t m, int64_t p, v8 a0, v8 a1) {
+    const int64_t o0 = p * PW;
+    float* out = yp + m * O + o0;
+    if (o0 + PW <= O) {
+      if (bp) a0 += load(bp + o0), a1 += load(bp + o0 + 8);
+      if (rp) a0 += load(rp + m * O + o0), a1 += load(rp + m * O + o0 + 8);
+      store(out, a0);
+      store(out + 8, a1);
+      return;
+    }
+    float t[PW];
+    store(t, a0);
+    store(t + 8, a1);
+    for (int64_t j = 0; j < O - o0; ++j) out[j] = t[j] + (bp ? bp[o0 + j] : 0.f) + (rp ? rp[m * O + o0 + j] : 0.f);
+  };
+  gemm(x.data_ptr<float>(), x.stride(0), M, wp.data_ptr<float>(), I, nP, epi);
+  return y;
+}
+
+// ---- SwiGLU -----------------------------------------------------------------------------------
+
+// out[m, 8p + j] = silu(gate) * up * (scale ? scale[m] : 1), for out of F columns (stride ldo).
+void swiglu_into(const float* x, int64_t ldx, int64_t M, const float* gup, int64_t I, int64_t F, float* out,
+                 int64_t ldo, const float* scale) {
+  const int64_t nP = (F + 7) / 8;
+  auto epi = [&](int64_t m, int64_t p, v8 g, v8 u) {
+    v8 a = vsilu(g) * u;
+    if (scale) a *= splat(scale[m]);
+    float* o = out + m * ldo + 8 * p;
+    if (8 * p + 8 <= F) {
+      store(o, a);
+    } else {
+      for (int64_t j = 0; j < F - 8 * p; ++j) o[j] = a[j];
+    }
+  };
+  gemm(x, ldx, M, gup, I, nP, epi);
+}
+
+at::Tensor swiglu(const at::Tensor& x_in, const at::Tensor& gup, int64_t F, const c10::optional<at::Tensor>& norm_w,
+                  double eps) {
+  const at::Tensor x = maybe_norm(x_in, norm_w, eps);
+  const int64_t M = x.size(0), I = x.size(1);
+  check_packed(x, gup, I);
+  TORCH_CHECK(gup.size(0) * 8 >= F, "opencomposer.swiglu: packed weight has fewer than F features");
+  at::Tensor y = at::empty({M, F}, x.options());
+  swiglu_into(x.data_ptr<float>(), x.stride(0), M, gup.data_ptr<float>(), I, F, y.data_ptr<float>(), F, nullptr);
+  return y;
+}
+
+// ---- mixture of experts -------------------------------------------------------------------------
+
+// residual (default: x) + experts(h), h = x RMS-normed when norm_w is given, else x.
+std::tuple<at::Tensor, at::Tensor> moe(const at::Tensor& x, const c10::optional<at::Tensor>& norm_w, double eps,
+                                       const at::Tensor& gate_p, int64_t E, int64_t K, bool norm_topk,
+                                       const at::Tensor& gu_p, const at::Tensor& dn_p,
+                                       const c10::optional<at::Tensor>& residual) {
+  const at::Tensor h = maybe_norm(x, norm_w, eps);
+  const int64_t N = h.size(0), D = h.size(1);
+  check_packed(h, gate_p, D);
+  TORCH_CHECK(gu_p.dim() == 4 && gu_p.size(0) == E && gu_p.size(2) == D && gu_p.is_contiguous(),
+              "opencomposer.moe: gate_up packed must be [E, nPf, D, 16]");
+  TORCH_CHECK(dn_p.dim() == 4 && dn_p.size(0) == E && dn_p.size(1) * PW >= D && dn_p.is_contiguous(),
+              "opencomposer.moe: down packed must be [E, nPd, F8, 16]");
+  const at::Tensor& res = residual.has_value() ? *residual : x;
+  TORCH_CHECK(res.sizes() == h.sizes(), "opencomposer.moe: the residual must be [N, D]");
+  const int64_t F8 = dn_p.size(2), nPf = gu_p.size(1), nPd = dn_p.size(1);
+  TORCH_CHECK(nPf * 8 == F8, "opencomposer.moe: gate_up and down disagree on the expert width");
+  // Router: softmax over E in float32, top-K (largest first, the lower index on ties).
+  at::Tensor logits = linear(h, gate_p, E, c10::nullopt, c10::nullopt, c10::nullopt, 0.);
+  at::Tensor idx = at::empty({N, K}, h.options().dtype(at::kLong));
+  std::vector<float> wts(N * K);
+  int64_t* ip = idx.data_ptr<int64_t>();
+  {
+    float* lp = logits.data_ptr<float>();
+    for (int64_t n = 0; n < N; ++n) {
+      float* s = lp + n * E;
+      const float mx = *std::max_element(s, s + E);
+      for (int64_t e = 0; e < E; ++e) s[e] -= mx;
+      const float z = exp_sum(s, E);
+      float tot = 0.f;
+      for (int64_t k = 0; k < K; ++k) {
+        int64_t best = -1;
+        for (int64_t e = 0; e < E; ++e) {
+          if (s[e] >= 0.f && (best < 0 || s[e] > s[best])) best = e;
+        }
+        ip[n * K + k] = best;
+        wts[n * K + k] = s[best] / z;
+        tot += s[best] / z;
+        s[best] = -1.f;  // taken
+      }
+      if (norm_topk)
+        for (int64_t k = 0; k < K; ++k) wts[n * K + k] /= tot;
+    }
+  }
+  // Group the N*K (token, expert) pairs by expert, tokens in order.
+  std::vector<int64_t> count(E + 1, 0), tok(N * K);
+  std::vector<float> w_sorted(N * K);
+  for (int64_t m = 0; m < N * K; ++m) count[ip[m] + 1]++;
+  for (int64_t e = 0; e < E; ++e) count[e + 1] += count[e];
+  {
+    std::vector<int64_t> fill(count.begin(), count.end() - 1);
+    for (int64_t m = 0; m < N * K; ++m) {
+      const int64_t j = fill[ip[m]]++;
+      tok[j] = m / K;
+      w_sorted[j] = wts[m];
+    }
+  }
+  at::Tensor xg = at::empty({N * K, D}, h.options());
+  at::Tensor act = at::empty({N * K, F8}, h.options());
+  const float* hp = h.data_ptr<float>();
+  const int64_t ldh = h.stride(0);
+  float* xgp = xg.data_ptr<float>();
+  for (int64_t j = 0; j < N * K; ++j) std::memcpy(xgp + j * D, hp + tok[j] * ldh, D * sizeof(float));
+  at::Tensor out = res.contiguous().clone();
+  float* op = out.data_ptr<float>();
+  float* ap = act.data_ptr<float>();
+  const float* gup = gu_p.data_ptr<float>();
+  const float* dnp = dn_p.data_ptr<float>();
+  for (int64_t e = 0; e < E; ++e) {
+    const int64_t j0 = count[e], n = count[e + 1] - j0;
+    if (n == 0) continue;
+    swiglu_into(xgp + j0 * D, D, n, gup + e * nPf * D * PW, D, F8, ap + j0 * F8, F8, w_sorted.data() + j0);
+    const int64_t* te = tok.data() + j0;
+    auto epi = [&](int64_t m, int64_t p, v8 a0, v8 a1) {
+      float* o = op + te[m] * D + p * PW;
+      if (p * PW + PW <= D) {
+        store(o, load(o) + a0);
+        store(o + 8, load(o + 8) + a1);
+      } else {
+        float t[PW];
+        store(t, a0);
+        store(t + 8, a1);
+        for (int64_t c = 0; c < D - p * PW; ++c) o[c] += t[c];
+      }
+    };
+    gemm(ap + j0 * F8, F8, n, dnp + e * nPd * F8 * PW, F8, nPd, epi);
+  }
+  return {out, idx};
+}
+
+// ---- attention ---------------------------------------------------------------------------------
+
+// y = rope(rmsnorm(x) * w * mult) at one position (cos, sin: that position's [C] tables).
+inline void norm_rope(const float* x, const float* w, float eps, float mult, const float* cs, const float* sn,
+                      int64_t C, float* y) {
+  float ss = 0.f;
+  for (int64_t c = 0; c < C; ++c) ss += x[c] * x[c];
+  const float inv = 1.f / std::sqrt(ss / C + eps);
+  float t[512];
+  for (int64_t c = 0; c < C; ++c) t[c] = w[c] * (x[c] * inv) * mult;
+  const int64_t h = C / 2;
+  for (int64_t c = 0; c < h; ++c) y[c] = t[c] * cs[c] - t[c + h] * sn[c];
+  for (int64_t c = h; c < C; ++c) y[c] = t[c] * cs[c] + t[c - h] * sn[c];
+}
+
+// Lane j of the result = the sum of a[j]'s lanes (eight horizontal sums at once).
+inline v8 hsum8(const v8 (&a)[8]) {
+  v8 s[4], t[2];
+  for (int j = 0; j < 4; ++j)
+    s[j] = __builtin_shufflevector(a[2 * j], a[2 * j + 1], 0, 8, 2, 10, 4, 12, 6, 14) +
+           __builtin_shufflevector(a[2 * j], a[2 * j + 1], 1, 9, 3, 11, 5, 13, 7, 15);
+  for (int j = 0; j < 2; ++j)  // lanes: a[4j..4j+3]'s sums of lanes 0-3, then of lanes 4-7
+    t[j] = __builtin_shufflevector(s[2 * j], s[2 * j + 1], 0, 1, 8, 9, 4, 5, 12, 13) +
+           __builtin_shufflevector(s[2 * j], s[2 * j + 1], 2, 3, 10, 11, 6, 7, 14, 15);
+  return __builtin_shufflevector(t[0], t[1], 0, 1, 2, 3, 8, 9, 10, 11) +
+         __builtin_shufflevector(t[0], t[1], 4, 5, 6, 7, 12, 13, 14, 15);
+}
+
+// sc[p] = q . k_p for p < P (k rows of C floats).
+inline void scores(const float* q, const float* k, int64_t P, int64_t C, float* sc) {
+  int64_t p = 0;
+  for (; p + 8 <= P; p += 8) {
+    v8 a[8] = {};
+    for (int64_t c = 0; c < C; c += 8) {
+      const v8 qv = load(q + c);
+#pragma GCC unroll 8
+      for (int j = 0; j < 8; ++j) a[j] += qv * load(k + (p + j) * C + c);
+    }
+    store(sc + p, hsum8(a));
+  }
+  for (; p < P; ++p) {
+    v8 a{};
+    for (int64_t c = 0; c < C; c += 8) a += load(q + c) * load(k + p * C + c);
+    sc[p] = hsum(a);
+  }
+}
+
+// o = sum_p w[p] v_p (v rows of C floats), four vectors of o in registers at a time.
+inline void weighted_sum(const float* w, const float* v, int64_t P, int64_t C, float* o) {
+  for (int64_t c0 = 0; c0 < C; c0 += 32) {
+    const int64_t nv = std::min<int64_t>(4, (C - c0) / 8);
+    v8 a[4] = {};
+    for (int64_t p = 0; p < P; ++p) {
+      const v8 wp = splat(w[p]);
+      for (int j = 0; j < nv; ++j) a[j] += wp * load(v + p * C + c0 + 8 * j);
+    }
+    for (int j = 0; j < nv; ++j) store(o + c0 + 8 * j, a[j]);
+  }
+}
+
+at::Tensor attention(const at::Tensor& qkv, const at::Tensor& qn_w, const at::Tensor& kn_w, double eps,
+                     const at::Tensor& cos, const at::Tensor& sin, at::Tensor k_cache, at::Tensor v_cache,
+                     const at::Tensor& slots, const at::Tensor& start, int64_t H) {
+  TORCH_CHECK(qkv.scalar_type() == at::kFloat && k_cache.scalar_type() == at::kFloat, "opencomposer.attention: float32 only");
+  TORCH_CHECK(k_cache.is_contiguous() && v_cache.is_contiguous() && qkv.is_contiguous(), "opencomposer.attention: contiguous inputs");
+  const int64_t S = k_cache.size(0), G = k_cache.size(1), L = k_cache.size(2), C = k_cache.size(3);
+  const int64_t B = slots.size(0), N = qkv.size(0), T = N / B, r = H / G;
+  TORCH_CHECK(N == B * T && qkv.size(1) == (H + 2 * G) * C && C <= 512 && C % 8 == 0,
+              "opencomposer.attention: qkv must be [B*T, (H+2G)C], C a multiple of 8");
+  const int64_t* sl = slots.data_ptr<int64_t>();
+  const int64_t* st = start.data_ptr<int64_t>();
+  for (int64_t b = 0; b < B; ++b)
+    TORCH_CHECK(sl[b] >= 0 && sl[b] < S && st[b] >= 0 && st[b] + T <= L, "opencomposer.attention: position out of the cache");
+  at::Tensor o = at::empty({N, H * C}, qkv.options());
+  const float *qp = qkv.data_ptr<float>(), *qw = qn_w.data_ptr<float>(), *kw = kn_w.data_ptr<float>();
+  const float *cp = cos.data_ptr<float>(), *sp = sin.data_ptr<float>();
+  float *kc = k_cache.data_ptr<float>(), *vc = v_cache.data_ptr<float>(), *out = o.data_ptr<float>();
+  const int64_t row = (H + 2 * G) * C;
+  const float scale = 1.f / std::sqrt((float)C);
+  const float feps = (float)eps;
+  at::parallel_for(0, B * G, 1, [&](int64_t i0, int64_t i1) {
+    std::vector<float> sc(L + 8), q(C);
+    for (int64_t i = i0; i < i1; ++i) {
+      const int64_t b = i / G, g = i % G;
+      float* kbase = kc + ((sl[b] * G + g) * L) * C;
+      float* vbase = vc + ((sl[b] * G + g) * L) * C;
+      for (int64_t t = 0; t < T; ++t) {  // this row's new keys and values first (causal within T)
+        const int64_t n = b * T + t, pos = st[b] + t;
+        norm_rope(qp + n * row + (H + g) * C, kw, feps, 1.f, cp + pos * C, sp + pos * C, C, kbase + pos * C);
+        std::memcpy(vbase + pos * C, qp + n * row + (H + G + g) * C, C * sizeof(float));
+      }
+      for (int64_t t = 0; t < T; ++t) {
+        const int64_t n = b * T + t, pos = st[b] + t, P = pos + 1;
+        for (int64_t hh = g * r; hh < (g + 1) * r; ++hh) {
+          norm_rope(qp + n * row + hh * C, qw, feps, scale, cp + pos * C, sp + pos * C, C, q.data());
+          scores(q.data(), kbase, P, C, sc.data());
+          const float mx = *std::max_element(sc.begin(), sc.begin() + P);
+          for (int64_t p = 0; p < P; ++p) sc[p] -= mx;
+          const float inv = 1.f / exp_sum(sc.data(), P);
+          for (int64_t p = 0; p < P; ++p) sc[p] *= inv;
+          weighted_sum(sc.data(), vbase, P, C, out + n * H * C + hh * C);
+        }
+      }
+    }
+  });
+  return o;
+}
+
+}  // namespace
+
+TORCH_LIBRARY(opencomposer, m) {
+  m.def("rms_norm(Tensor x, Tensor weight, float eps) -> Tensor", rms_norm);
+  m.def("linear(Tensor x, Tensor w_packed, int out_features, Tensor? bias=None, Tensor? residual=None, "
+        "Tensor? norm_weight=None, float eps=0.) -> Tensor", linear);
+  m.def("swiglu(Tensor x, Tensor gu_packed, int F, Tensor? norm_weight=None, float eps=0.) -> Tensor", swiglu);
+  m.def("moe(Tensor x, Tensor? norm_weight, float eps, Tensor router_packed, int E, int K, bool norm_topk_prob, "
+        "Tensor gu_packed, Tensor down_packed, Tensor? residual=None) -> (Tensor, Tensor)", moe);
+  m.def("attention(Tensor qkv, Tensor q_norm_w, Tensor k_norm_w, float eps, Tensor cos, Tensor sin, "
+        "Tensor(a!) k_cache, Tensor(b!) v_cache, Tensor slots, Tensor start, int H) -> Tensor", attention);
+}

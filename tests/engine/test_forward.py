@@ -1,0 +1,159 @@
+"""The engine's forward backends (engine/forward.py) and C++ kernels (engine/native.py) against
+the model's own forward: prefill, decode and verify passes, MTP steps, weight updates."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from opencomposer.engine import Engine, GenerationRequest, SamplingParams, native
+from opencomposer.engine.forward import NativeForward, TorchForward, make_forward
+from opencomposer.model.model import KVCache, MoE
+
+from engine_util import tiny_model
+
+needs_native = pytest.mark.skipif(native.ops() is None, reason=f"C++ kernels unavailable: {native.unavailable_reason()}")
+
+
+def _fill(model, cache, slots, lengths, seed):
+    """Prefill each slot with random tokens through the model's generic forward."""
+    g = torch.Generator().manual_seed(seed)
+    for s, n in zip(slots, lengths):
+        ids = torch.randint(0, model.config.vocab_size, (1, n), generator=g)
+        model(ids, cache, torch.tensor([s]))
+        cache.advance([s], n)
+
+
+@needs_native
+@pytest.mark.parametrize("T", [1, 3, 9])
+@pytest.mark.parametrize("slots", [[0, 1, 2, 3], [5, 1, 3], [2]])
+def test_native_pass_equals_the_models_cached_forward(T, slots):
+    model = tiny_model(shared_expert_intermediate_size=12, attention_bias=True)  # + a dense layer (mlp_only_layers)
+    caches = [KVCache(model.config, max_slots=8, max_len=40) for _ in range(2)]
+    for cache in caches:
+        _fill(model, cache, slots, [4 + 3 * b for b in range(len(slots))], seed=1)
+    ids_BT = torch.randint(0, model.config.vocab_size, (len(slots), T), generator=torch.Generator().manual_seed(2))
+    slots_B = torch.tensor(slots)
+    with torch.inference_mode():
+        want = model(ids_BT, caches[0], slots_B, return_routed_experts=True)
+        got = NativeForward(model, caches[1])(ids_BT, slots_B, logits="all", want_experts=True)
+        last = NativeForward(model, caches[1])(ids_BT, slots_B, logits="last").logits
+    torch.testing.assert_close(got.logits, want.logits, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(got.hidden, want.hidden, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(last, want.logits[:, -1], atol=1e-5, rtol=1e-5)
+    assert got.routed_experts.dtype == torch.int32 and (got.routed_experts == want.routed_experts).all()
+    for c0, c1 in zip(caches[0].k[:, slots], caches[1].k[:, slots]):  # the same keys written
+        torch.testing.assert_close(c1, c0, atol=1e-5, rtol=1e-5)
+
+
+@needs_native
+def test_native_mtp_step_equals_the_models():
+    model = tiny_model()
+    D = model.config.num_mtp_modules
+    caches = [KVCache(model.config, max_slots=4, max_len=40) for _ in range(2)]
+    slots_B = torch.tensor([3, 0])
+    for cache in caches:
+        _fill(model, cache, [3, 0], [12, 9], seed=3)
+    g = torch.Generator().manual_seed(4)
+    T = 4
+    hidden_BTD = torch.randn(2, T, model.config.hidden_size, generator=g)
+    ids_BT = torch.randint(0, model.config.vocab_size, (2, T), generator=g)
+    fwd = NativeForward(model, caches[1])
+    with torch.inference_mode():
+        for depth in range(1, D + 1):
+            want_logits, want_h = model.mtp_step(depth, hidden_BTD, ids_BT, caches[0], slots_B)
+            got_logits, got_h = fwd.mtp_step(depth, hidden_BTD, ids_BT, slots_B)
+            torch.testing.assert_close(got_h, want_h, atol=1e-5, rtol=1e-5)
+            torch.testing.assert_close(got_logits, want_logits[:, -1], atol=1e-5, rtol=1e-5)
+            hidden_BTD = want_h
+
+
+@needs_native
+def test_native_pass_follows_in_place_weight_updates():
+    model = tiny_model()
+    cache = KVCache(model.config, max_slots=4, max_len=16)
+    fwd = NativeForward(model, cache)
+    ids_BT, slots_B = torch.tensor([[3], [4]]), torch.tensor([0, 1])
+    with torch.inference_mode():
+        before = fwd(ids_BT, slots_B).logits
+    moe = next(layer.mlp for layer in model.layers if isinstance(layer.mlp, MoE))
+    with torch.no_grad():
+        model.layers[0].self_attn.k_norm.weight.mul_(3.0)
+        moe.experts.down_proj.mul_(-2.0)
+        model.lm_head.weight.mul_(0.5)
+    with torch.inference_mode():
+        after = fwd(ids_BT, slots_B).logits
+        want = model(ids_BT, cache, slots_B).logits
+    assert not torch.allclose(before, after)
+    torch.testing.assert_close(after, want, atol=1e-5, rtol=1e-5)
+
+
+@needs_native
+@pytest.mark.parametrize("M", [1, 5, 6, 70])  # tiles of 6 rows, blocks of 64
+def test_kernels_linear_and_swiglu_at_odd_sizes(M):
+    ops = native.ops()
+    g = torch.Generator().manual_seed(M)
+    x = torch.randn(M, 24, generator=g)
+    w, bias, res = torch.randn(37, 24, generator=g), torch.randn(37, generator=g), torch.randn(M, 37, generator=g)
+    norm_w = torch.randn(24, generator=g)
+    torch.testing.assert_close(ops.linear(x, native.pack_linear(w), 37, bias, res), F.linear(x, w, bias) + res,
+                               atol=1e-5, rtol=1e-5)
+    h = F.rms_norm(x, (24,), norm_w, 1e-6)
+    torch.testing.assert_close(ops.linear(x, native.pack_linear(w), 37, None, None, norm_w, 1e-6), F.linear(h, w),
+                               atol=1e-5, rtol=1e-5)
+    gate, up = torch.randn(13, 24, generator=g), torch.randn(13, 24, generator=g)
+    torch.testing.assert_close(ops.swiglu(x, native.pack_swiglu(gate, up), 13),
+                               F.silu(F.linear(x, gate)) * F.linear(x, up), atol=1e-5, rtol=1e-5)
+
+
+@needs_native
+def test_kernels_moe_equals_the_models_router_and_experts():
+    model = tiny_model(num_experts=7, moe_intermediate_size=13)  # widths that are not whole panels
+    moe = next(layer.mlp for layer in model.layers if isinstance(layer.mlp, MoE))
+    fwd = NativeForward(model, KVCache(model.config, max_slots=1, max_len=8))
+    router, gu, down = next(b.mlp for b in fwd.blocks if b.moe is moe).get()
+    for N in (1, 3, 40):  # 1 token leaves most experts empty
+        x_ND = torch.randn(N, model.config.hidden_size, generator=torch.Generator().manual_seed(N))
+        with torch.inference_mode():
+            y_BTD, idx_NK, _ = moe(x_ND[None])
+            out, idx = native.ops().moe(x_ND, None, 0.0, router, 7, moe.k, moe.norm_topk_prob, gu, down)
+        assert (idx == idx_NK).all()
+        torch.testing.assert_close(out, x_ND + y_BTD[0], atol=1e-5, rtol=1e-5)
+
+
+def test_engine_falls_back_to_the_torch_path_without_the_kernels(monkeypatch):
+    model = tiny_model(seed=2)
+    monkeypatch.setitem(native._state, "ops", None)
+    monkeypatch.setitem(native._state, "reason", "test")
+    engine = Engine(copy.deepcopy(model), max_slots=2, max_len=32)
+    assert not engine.native and isinstance(engine._fwd, TorchForward)
+    out = engine.generate_batch([GenerationRequest([1, 2, 3], SamplingParams(temperature=0, max_new_tokens=5))])
+    engine.stop()
+    assert len(out[0].output_ids) == 5
+    assert isinstance(make_forward(model.to(torch.float64), KVCache(model.config, 1, 8, dtype=torch.float64),
+                                   packed=False), TorchForward)
+
+
+def test_build_without_a_compiler_says_what_to_install(monkeypatch):
+    monkeypatch.setenv("CXX", "no-such-compiler-xyz")
+    with pytest.raises(RuntimeError, match="apt-get install g\\+\\+"):
+        native.build()
+
+
+@needs_native
+def test_native_and_torch_engines_agree():
+    model = tiny_model(seed=5)
+    reqs = [GenerationRequest([5 + i, 7, 9, 11 + i], SamplingParams(temperature=0, max_new_tokens=12), return_logprob=True)
+            for i in range(3)]
+    outs = []
+    for nat in (True, False):
+        engine = Engine(copy.deepcopy(model), max_slots=4, max_len=40, native_kernels=nat, speculative_depth=2)
+        assert engine.native == nat
+        outs.append(engine.generate_batch(reqs))
+        engine.stop()
+    for a, b in zip(*outs):
+        assert a.output_ids == b.output_ids
+        torch.testing.assert_close(torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=1e-5, rtol=1e-5)
