@@ -60,7 +60,7 @@ import numpy as np
 import torch
 
 from opencomposer.engine import forward, kernels, speculative
-from opencomposer.engine.sampling import sample, sampling_probs, token_logprobs
+from opencomposer.engine.sampling import greedy, sample, sampling_probs, token_logprobs
 from opencomposer.engine.types import GenerationRequest, GenerationResult
 from opencomposer.errors import CheckpointError
 from opencomposer.model.model import KVCache, Transformer
@@ -476,8 +476,11 @@ class Engine:
         p_BJV = None
         if any(s.processed for s in seqs) or not all(s.greedy for s in seqs):
             p_BJV = self._probs(logits_BJV.flatten(0, 1), seqs, repeat=k + 1).view(B, k + 1, -1)
+        lps = None
         if all(s.greedy for s in seqs):
-            n_B, final_B = speculative.accept_greedy(logits_BJV, drafts_Bk)
+            target_N, lp_N = greedy(logits_BJV.flatten(0, 1))
+            n_B, final_B = speculative.accept_greedy(target_N.view(B, k + 1), drafts_Bk)
+            lps = lp_N.view(B, k + 1).tolist()  # every emitted token is its position's argmax
         else:
             q_BkV = torch.stack([s.q_kV if s.q_kV is not None
                                  else torch.zeros(k, self.vocab_size).scatter_(-1, torch.tensor(s.drafts)[:, None], 1.0)
@@ -487,7 +490,8 @@ class Engine:
             n_B, final_B = speculative.accept(p_BJV, q_BkV, drafts_Bk, u_BJ[:, :k], u_BJ[:, k])
         out_BJ = torch.cat([drafts_Bk, torch.zeros_like(drafts_Bk[:, :1])], dim=1)
         out_BJ.scatter_(1, n_B[:, None], final_B[:, None])
-        lps = token_logprobs(logits_BJV.flatten(0, 1), out_BJ.flatten()).view(B, k + 1).tolist()
+        if lps is None:
+            lps = token_logprobs(logits_BJV.flatten(0, 1), out_BJ.flatten()).view(B, k + 1).tolist()
         if p_BJV is not None and any(s.processed for s in seqs):
             plps = p_BJV.gather(-1, out_BJ[..., None]).squeeze(-1).log().tolist()
             lps = [plps[b] if s.processed else lps[b] for b, s in enumerate(seqs)]
@@ -543,8 +547,8 @@ class Engine:
         """One token per row, and its logprob (raw, or of the sampling distribution)."""
         logits_BV = logits_BV.float()
         if all(s.greedy and not s.processed for s in seqs):
-            tokens_B = logits_BV.argmax(-1)
-            return tokens_B.tolist(), token_logprobs(logits_BV, tokens_B).tolist()
+            tokens_B, lp_B = greedy(logits_BV)
+            return tokens_B.tolist(), lp_B.tolist()
         probs_BV = self._probs(logits_BV, seqs)
         u_B = torch.tensor([0.5 if s.greedy else s.rng.random() for s in seqs], dtype=torch.float64)
         tokens_B = sample(probs_BV, u_B)

@@ -72,3 +72,15 @@ def token_logprobs(logits_NV: torch.Tensor, tokens_N: torch.Tensor) -> torch.Ten
     """log softmax(logits)[token] at temperature 1, float32 [N]."""
     logits_NV = logits_NV.float()
     return logits_NV.gather(-1, tokens_N[:, None]).squeeze(1) - torch.logsumexp(logits_NV, dim=-1)
+
+
+def greedy(logits_NV: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(argmax int64 [N], token_logprobs of it float32 [N]): greedy sampling in one pass of the
+    C++ kernels (native.py) where they are loaded, else two PyTorch ops."""
+    from opencomposer.engine import native
+
+    ops = native.ops()
+    if ops is not None and logits_NV.dtype == torch.float32 and logits_NV.device.type == "cpu":
+        return ops.argmax_logprob(logits_NV)
+    tokens_N = logits_NV.argmax(-1)
+    return tokens_N, token_logprobs(logits_NV, tokens_N)

@@ -114,10 +114,10 @@ def accept(p_BJV: torch.Tensor, q_BkV: torch.Tensor, drafts_Bk: torch.Tensor, u_
     return n_B, final_B
 
 
-def accept_greedy(logits_BJV: torch.Tensor, drafts_Bk: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def accept_greedy(target_BJ: torch.Tensor, drafts_Bk: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """`accept` for all-greedy batches without building one-hot distributions: accept while the
-    draft equals the target argmax; the final token is the argmax after the last accepted one."""
-    target_BJ = logits_BJV.argmax(-1)
+    draft equals the target argmax (target_BJ: the argmax of each verified position); the final
+    token is the argmax after the last accepted one."""
     k = drafts_Bk.shape[1]
     n_B = (drafts_Bk == target_BJ[:, :k]).to(torch.int64).cumprod(dim=1).sum(dim=1)
     return n_B, target_BJ.gather(1, n_B[:, None]).squeeze(1)

@@ -157,3 +157,14 @@ def test_native_and_torch_engines_agree():
     for a, b in zip(*outs):
         assert a.output_ids == b.output_ids
         torch.testing.assert_close(torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=1e-5, rtol=1e-5)
+
+
+@needs_native
+def test_kernels_greedy_sampling_equals_argmax_and_token_logprobs():
+    from opencomposer.engine.sampling import token_logprobs
+
+    logits = torch.randn(5, 301, generator=torch.Generator().manual_seed(0)) * 4
+    logits[2, 7] = logits[2, 90] = logits[2].max() + 1  # a tie: the first index, as torch.argmax
+    tokens, lps = native.ops().argmax_logprob(logits)
+    assert tokens.tolist() == logits.argmax(-1).tolist()
+    torch.testing.assert_close(lps, token_logprobs(logits, tokens), atol=1e-5, rtol=1e-5)

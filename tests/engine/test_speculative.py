@@ -37,7 +37,7 @@ def test_greedy_accept_is_the_one_hot_special_case():
     logits = torch.randn(4, 3, 7)
     drafts = torch.stack([logits[:, 0].argmax(-1), torch.randint(0, 7, (4,))], 1)
     drafts[1, 0] = (logits[1, 0].argmax() + 1) % 7
-    n, final = accept_greedy(logits, drafts)
+    n, final = accept_greedy(logits.argmax(-1), drafts)
     one_hot = torch.nn.functional.one_hot(logits.argmax(-1), 7).float()
     q = torch.nn.functional.one_hot(drafts, 7).float()
     n2, final2 = accept(one_hot, q, drafts, torch.full((4, 2), 0.5), torch.full((4,), 0.5))

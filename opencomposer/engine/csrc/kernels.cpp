@@ -17,6 +17,7 @@
 //       then per expert one swiglu and one down product on the tokens routed to it (gathered
 //       rows), the routing weight folded into the activations and the result added to the
 //       output rows: work proportional to K, not E.
+//   argmax_logprob(logits [N, V]) -> (argmax [N], its log-softmax [N]): greedy sampling.
 //   attention(qkv [N, (H+2G)C], q_norm_w, k_norm_w, eps, cos [L, C], sin [L, C], k_cache,
 //       v_cache [S, G, L, C], slots [B], start [B], H) -> o [N, H*C]
 //       N = B*T tokens: T per row at positions start[b]..start[b]+T-1 of slot slots[b]. Per
@@ -447,9 +448,47 @@ at::Tensor attention(const at::Tensor& qkv, const at::Tensor& qn_w, const at::Te
   return o;
 }
 
+// ---- greedy sampling -----------------------------------------------------------------------------
+
+// Per row: the argmax (the first on ties, as torch.argmax) and its log-softmax, -log sum exp(l - max).
+std::tuple<at::Tensor, at::Tensor> argmax_logprob(const at::Tensor& logits_in) {
+  const at::Tensor logits = logits_in.contiguous();
+  TORCH_CHECK(logits.scalar_type() == at::kFloat && logits.dim() == 2, "opencomposer.argmax_logprob: float32 [N, V]");
+  const int64_t N = logits.size(0), V = logits.size(1);
+  at::Tensor idx = at::empty({N}, logits.options().dtype(at::kLong));
+  at::Tensor lp = at::empty({N}, logits.options());
+  const float* l = logits.data_ptr<float>();
+  int64_t* ip = idx.data_ptr<int64_t>();
+  float* out = lp.data_ptr<float>();
+  at::parallel_for(0, N, 1, [&](int64_t n0, int64_t n1) {
+    std::vector<float> buf(V);
+    for (int64_t n = n0; n < n1; ++n) {
+      const float* r = l + n * V;
+      float mx = r[0];
+      int64_t v = 0;
+      if (V >= 8) {
+        v8 m = load(r);
+        for (v = 8; v + 8 <= V; v += 8) {
+          const v8 x = load(r + v);
+          m = x > m ? x : m;
+        }
+        for (int j = 0; j < 8; ++j) mx = std::max(mx, m[j]);
+      }
+      for (; v < V; ++v) mx = std::max(mx, r[v]);
+      int64_t best = 0;  // the first index holding the maximum
+      while (best < V - 1 && r[best] != mx) ++best;
+      for (int64_t v = 0; v < V; ++v) buf[v] = r[v] - mx;
+      ip[n] = best;
+      out[n] = -std::log(exp_sum(buf.data(), V));
+    }
+  });
+  return {idx, lp};
+}
+
 }  // namespace
 
 TORCH_LIBRARY(opencomposer, m) {
+  m.def("argmax_logprob(Tensor logits) -> (Tensor, Tensor)", argmax_logprob);
   m.def("rms_norm(Tensor x, Tensor weight, float eps) -> Tensor", rms_norm);
   m.def("linear(Tensor x, Tensor w_packed, int out_features, Tensor? bias=None, Tensor? residual=None, "
         "Tensor? norm_weight=None, float eps=0.) -> Tensor", linear);
