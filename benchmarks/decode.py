@@ -176,6 +176,37 @@ def routed_experts_per_layer(model: Transformer, prompts: list[list[int]]) -> li
     return [len(set(routed[:, j].flatten().tolist())) for j in range(routed.shape[1])]
 
 
+# ---- prompts ----------------------------------------------------------------------------
+
+def trajectory_prompts(path: str, tokenizer_dir: str, n: int, prompt_len: int) -> list[list[int]]:
+    """n prompts of prompt_len tokens from agent trajectories (harness JSONL, e.g. an SFT run's
+    sft_data/trajectories.jsonl or an eval run's trajectories.jsonl), or from a JSON list of
+    token-id lists. Each trajectory is rendered as SFT and RL see it (pretrain.sft.render: chat
+    template, tools); every point where the policy starts generating (right after an
+    <|assistant|> role token: a tool call or the final reply) gives one prompt, the prompt_len
+    tokens before it (shorter prefixes are skipped), in file order."""
+    import pathlib
+
+    from opencomposer.harness.trajectory import read_jsonl
+    from opencomposer.model.tokenizer import Tokenizer
+    from opencomposer.pretrain.sft import render
+
+    if pathlib.Path(path).suffix == ".json":
+        seqs = [list(map(int, p)) for p in json.loads(pathlib.Path(path).read_text())]
+        prompts = [p[-prompt_len:] for p in seqs if len(p) >= prompt_len]
+    else:
+        tok, prompts = Tokenizer.load(tokenizer_dir), []
+        for traj in read_jsonl(path):
+            for ids, mask in render(traj, tok):
+                starts = [j for j in range(1, len(ids)) if mask[j] and not mask[j - 1] and j >= prompt_len]
+                prompts += [ids[j - prompt_len:j] for j in starts]
+            if len(prompts) >= n:
+                break
+    if len(prompts) < n:
+        raise SystemExit(f"{path}: only {len(prompts)} prompts of {prompt_len} tokens; lower --prompt-len or --batch")
+    return prompts[:n]
+
+
 # ---- main -------------------------------------------------------------------------------
 
 def main() -> None:
@@ -183,7 +214,9 @@ def main() -> None:
     ap.add_argument("--json", action="store_true", help="print one JSON object")
     ap.add_argument("--model", help="an HF-format checkpoint directory (default: random ~15M config)")
     ap.add_argument("--new-tokens", type=int, default=128)
-    ap.add_argument("--prompt-len", type=int, default=32)
+    ap.add_argument("--prompts", help="with --model: trajectories JSONL (or a JSON list of token-id lists) to take "
+                                      "prompts from (trajectory_prompts); default: random token ids")
+    ap.add_argument("--prompt-len", type=int, default=None, help="default: 32 (random ids), 256 (--prompts)")
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
@@ -198,10 +231,15 @@ def main() -> None:
     cfg = model.config
     params = sum(p.numel() for p in model.parameters())
     mtp_params = sum(p.numel() for p in model.mtp.parameters())
-    g = torch.Generator().manual_seed(1)
-    prompts = torch.randint(0, cfg.vocab_size, (args.batch, args.prompt_len), generator=g).tolist()
+    if args.prompt_len is None:
+        args.prompt_len = 256 if args.prompts else 32
+    if args.prompts:
+        prompts = trajectory_prompts(args.prompts, args.model or "", args.batch, args.prompt_len)
+    else:
+        g = torch.Generator().manual_seed(1)
+        prompts = torch.randint(0, cfg.vocab_size, (args.batch, args.prompt_len), generator=g).tolist()
     max_len = args.prompt_len + args.new_tokens + 8
-    out = {"params": params, "params_without_mtp": params - mtp_params, "threads": args.threads,
+    out = {"prompts": args.prompts or "random", "params": params, "params_without_mtp": params - mtp_params, "threads": args.threads,
            "new_tokens": args.new_tokens, "prompt_len": args.prompt_len, "batch": args.batch}
 
     runners = {"engine": EngineRunner(Engine(copy.deepcopy(model), max_slots=args.batch, max_len=max_len),

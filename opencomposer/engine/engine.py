@@ -466,6 +466,9 @@ class Engine:
 
     def _spec_step(self, seqs: list[_Seq]) -> None:
         """Verify every row's k drafts in one [B, k+1] forward, accept, then draft again."""
+        W = self._hist_SWD.shape[1]
+        if all(s.greedy and not s.processed and len(s.tokens) >= W for s in seqs):
+            return self._spec_step_greedy(seqs)
         k, B = self.k, len(seqs)
         slots_B = torch.tensor([s.slot for s in seqs])
         ids_BJ = torch.tensor([[s.tokens[-1]] + s.drafts for s in seqs])
@@ -509,6 +512,25 @@ class Engine:
                          experts[b, :m] if experts is not None else None)
         self._draft([s for s in seqs if s.finish is None])
 
+    def _spec_step_greedy(self, seqs: list[_Seq]) -> None:
+        """_spec_step for greedy rows whose windows are full: the whole step in one call of the
+        forward backend (Forward.spec_greedy: the C++ kernels do verify, accept and draft)."""
+        k, W = self.k, self._hist_SWD.shape[1]
+        want = any(s.wants_experts for s in seqs)
+        r = self._fwd.spec_greedy(torch.tensor([[s.tokens[-1]] + s.drafts for s in seqs]),
+                                  torch.tensor([s.slot for s in seqs]), torch.tensor([s.tokens[-W:] for s in seqs]),
+                                  self._hist_SWD, want)
+        n, toks, lps, drafts = r.accepted.tolist(), r.tokens.tolist(), r.logprobs.tolist(), r.drafts.tolist()
+        experts = r.routed_experts.numpy() if want else None
+        for b, s in enumerate(seqs):
+            m = n[b] + 1
+            s.spec_accepted += n[b]
+            s.spec_proposed += k
+            self.stats.spec_accepted += n[b]
+            self.stats.spec_proposed += k
+            self._extend(s, toks[b][:m], lps[b][:m], experts[b, :m] if experts is not None else None)
+            s.drafts, s.q_kV = drafts[b], None
+
     def _draft(self, seqs: list[_Seq]) -> None:
         """Draft k tokens for each sequence (speculative.draft), in groups of one window size."""
         W = self._hist_SWD.shape[1]
@@ -520,10 +542,12 @@ class Engine:
             next_BT = torch.tensor([s.tokens[-T:] for s in group])
             hidden_BTD = self._hist_SWD[slots_B, W - T:]
             greedy = all(s.greedy for s in group)
+            if greedy:  # drafting without distributions: every depth in one call
+                for s, d in zip(group, self._fwd.draft_greedy(hidden_BTD, next_BT, slots_B, self.k).tolist()):
+                    s.drafts, s.q_kV = d, None
+                continue
 
             def sampler(logits_BV: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
-                if greedy:
-                    return logits_BV.argmax(-1), None
                 q_BV = self._probs(logits_BV, group)
                 u_B = torch.tensor([0.5 if s.greedy else s.rng.random() for s in group], dtype=torch.float64)
                 return sample(q_BV, u_B), q_BV

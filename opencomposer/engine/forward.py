@@ -4,17 +4,17 @@ drafting steps.
 
 `Forward` is the Protocol; two backends implement it on the same model and cache:
 
-  * `NativeForward`: every pass on the C++ kernels (native.py): per layer the normed q/k/v
-    product, attention (q/k norms, RoPE, cache write and softmax in one op), the output product
-    with its residual, and the whole normed MoE (router, top-k, grouped experts) or dense MLP:
-    4 ops per layer, whatever T is.
+  * `NativeForward`: every pass is one C++ op (native.py; csrc/ops.cpp): per layer the normed
+    q/k/v product, attention (q/k norms, RoPE, cache write and softmax), the output product
+    with its residual, and the whole normed MoE (router, top-k, grouped experts) or dense MLP,
+    with no Python in between: at batch 1 the pass costs its arithmetic, not its op count.
   * `TorchForward`: the model's generic forward (model.py), and for T = 1 fused.py's decode
     step on oneDNN or PyTorch kernels: used where the C++ kernels cannot be built, or for
     dtypes other than float32.
 
 Both compute what `Transformer.forward(ids_BT, cache, slots)` and `Transformer.mtp_step`
 compute, up to float rounding (summation order, ~1e-6 in float32; tests/engine/test_forward.py).
-Packed weights are `kernels.Derived`: rebuilt when a weight changes in place, so
+The native backend's packed weights are rebuilt when any parameter changed in place, so
 `Engine.update_weights` needs nothing more.
 
 Left out: router replay (the engine never replays), devices other than the CPU for the native
@@ -29,8 +29,8 @@ from typing import Protocol
 import torch
 import torch.nn.functional as F
 
-from opencomposer.engine import fused, native
-from opencomposer.engine.kernels import Derived
+from opencomposer.engine import fused, native, speculative
+from opencomposer.engine.sampling import greedy
 from opencomposer.model.model import MoE, KVCache, Transformer
 
 
@@ -43,6 +43,18 @@ class Step:
     routed_experts: torch.Tensor | None  # [B, T, Y, K] int32, when asked
 
 
+@dataclass
+class SpecStep:
+    """One greedy speculative step's outputs (Forward.spec_greedy): row b emits
+    tokens[b, :accepted[b] + 1] (its accepted drafts, then the target's next argmax)."""
+
+    tokens: torch.Tensor                 # [B, k+1] int64: the target argmax at each verified position
+    logprobs: torch.Tensor               # [B, k+1] float32: their log-softmax
+    accepted: torch.Tensor               # [B] int64: n, drafts accepted
+    drafts: torch.Tensor                 # [B, k] int64: the next step's drafts
+    routed_experts: torch.Tensor | None  # [B, k+1, Y, K] int32, when asked
+
+
 class Forward(Protocol):
     def __call__(self, ids_BT: torch.Tensor, slots_B: torch.Tensor, *, logits: str = "all",
                  want_experts: bool = False) -> Step:
@@ -52,6 +64,19 @@ class Forward(Protocol):
     def mtp_step(self, depth: int, hidden_BTD: torch.Tensor, ids_BT: torch.Tensor, slots_B: torch.Tensor,
                  logits: bool = True) -> tuple[torch.Tensor | None, torch.Tensor]:
         """Transformer.mtp_step's contract, but only the last position's logits [B, V] (or None)."""
+
+    def draft_greedy(self, hidden_BWD: torch.Tensor, next_BW: torch.Tensor, slots_B: torch.Tensor,
+                     k: int) -> torch.Tensor:
+        """speculative.draft with argmax drafts: k tokens int64 [B, k] from each row's window of
+        main hiddens [B, W, D] and next tokens [B, W]."""
+
+    def spec_greedy(self, ids_BJ: torch.Tensor, slots_B: torch.Tensor, recent_BW: torch.Tensor,
+                    hist_SWD: torch.Tensor, want_experts: bool = False) -> SpecStep:
+        """A whole greedy speculative step: verify ids_BJ = [pending token, k drafts] per row,
+        accept (speculative.accept_greedy), advance the cache by n+1, shift each slot's window
+        of main hiddens hist_SWD[slot] (in place) and of tokens (recent_BW: the row's last W
+        tokens, pending last) over the new positions, and draft k tokens from them. Needs every
+        row's cache to hold at least W - 1 positions."""
 
 
 def make_forward(model: Transformer, cache: KVCache, packed: bool) -> Forward:
@@ -89,129 +114,149 @@ class TorchForward:
         h_BTD = m.mtp[depth - 1](hidden_BTD, m.embed_tokens(ids_BT), cos_BTC, sin_BTC, kv, step)
         return (m.lm_head(h_BTD[:, -1]) if logits else None), h_BTD
 
+    def spec_greedy(self, ids_BJ, slots_B, recent_BW, hist_SWD, want_experts=False) -> SpecStep:
+        B, J = ids_BJ.shape
+        out = self(ids_BJ, slots_B, logits="all", want_experts=want_experts)
+        target_N, lp_N = greedy(out.logits.flatten(0, 1))
+        target_BJ = target_N.view(B, J)
+        n_B, _ = speculative.accept_greedy(target_BJ, ids_BJ[:, 1:])
+        self.cache.advance(slots_B, n_B + 1)
+        hist_SWD[slots_B] = speculative.shift_hidden(hist_SWD[slots_B], out.hidden, n_B)
+        next_BW = speculative.shift_hidden(recent_BW, target_BJ, n_B)
+        drafts_Bk = self.draft_greedy(hist_SWD[slots_B], next_BW, slots_B, J - 1)
+        return SpecStep(target_BJ, lp_N.view(B, J), n_B, drafts_Bk, out.routed_experts)
 
-@dataclass
-class _Block:
-    """Packed weights of one transformer block (main layer or MTP block)."""
+    def draft_greedy(self, hidden_BWD, next_BW, slots_B, k):
+        return speculative.draft(self.mtp_step, self.cache, slots_B, hidden_BWD, next_BW, k,
+                                 lambda logits_BV: (logits_BV.argmax(-1), None))[0]
 
-    block: torch.nn.Module
-    cache_layer: int
-    qkv: Derived        # (packed [q; k; v], bias or None)
-    o: Derived          # packed o_proj
-    mlp: Derived        # MoE: (router, gate/up, down); dense: (gate/up, down)
-    moe: MoE | None
+
+_NONE = torch.empty(0)  # "no such tensor" in the C++ ops' block lists
+
+
+def _block_weights(block, cache_layer: int) -> tuple[list[torch.Tensor], list[int]]:
+    """One block's tensors and ints, in the order of csrc/ops.cpp's `Block`."""
+    a, n1, n2 = block.self_attn, block.input_layernorm, block.post_attention_layernorm
+    qkv = native.pack_linear(torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight]))
+    qkv_b = torch.cat([a.q_proj.bias, a.k_proj.bias, a.v_proj.bias]) if a.q_proj.bias is not None else _NONE
+    o_b = a.o_proj.bias if a.o_proj.bias is not None else _NONE
+    t = [n1.weight, qkv, qkv_b, a.q_norm.weight, a.k_norm.weight, native.pack_linear(a.o_proj.weight), o_b, n2.weight]
+    mlp = block.mlp
+    if not isinstance(mlp, MoE):
+        F_ = mlp.down_proj.in_features
+        t += [_NONE, native.pack_swiglu(mlp.gate_proj.weight, mlp.up_proj.weight), native.pack_linear(mlp.down_proj.weight)]
+        return t + [_NONE] * 3, [cache_layer, 0, 0, 0, F_, 0]
+    gate_up_EfD, down_EDF = mlp.experts.gate_up_proj, mlp.experts.down_proj
+    F_ = down_EDF.shape[-1]
+    F8 = -(-F_ // 8) * 8  # the kernels' activation width: whole panels
+    t += [native.pack_linear(mlp.gate.weight), native.pack_swiglu(gate_up_EfD[:, :F_], gate_up_EfD[:, F_:]),
+          native.pack_linear(F.pad(down_EDF, (0, F8 - F_)))]
+    sh, sh_F = mlp.shared_expert, 0
+    if sh is None:
+        t += [_NONE] * 3
+    else:
+        sh_F = sh.down_proj.in_features
+        t += [native.pack_swiglu(sh.gate_proj.weight, sh.up_proj.weight), native.pack_linear(sh.down_proj.weight),
+              native.pack_linear(mlp.shared_expert_gate.weight)]
+    return t, [cache_layer, mlp.gate.out_features, mlp.k, int(mlp.norm_topk_prob), F_, sh_F]
 
 
 class NativeForward:
-    """Forward on the C++ kernels (module docstring)."""
+    """Forward on the C++ kernels: one op per pass (module docstring)."""
 
     def __init__(self, model: Transformer, cache: KVCache):
         self.ops = native.ops()
         self.model, self.cache, cfg = model, cache, model.config
-        self.H, self.G, self.C, self.D = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim, cfg.hidden_size
+        self.H, self.D, self.V = cfg.num_attention_heads, cfg.hidden_size, cfg.vocab_size
+        self.eps = cfg.rms_norm_eps
         # Per-position rotary tables, computed exactly as Transformer.rope computes them.
         freqs_Lc = torch.arange(cache.max_len, dtype=torch.float32)[:, None] * model.inv_freq
         emb_LC = torch.cat([freqs_Lc, freqs_Lc], dim=-1)
         self.cos_LC = (emb_LC.cos() * model.rope_scale).contiguous()
         self.sin_LC = (emb_LC.sin() * model.rope_scale).contiguous()
-        self.blocks = [self._block(layer, i) for i, layer in enumerate(model.layers)]
-        self.mtp_blocks = [self._block(m.block, cfg.num_hidden_layers + d) for d, m in enumerate(model.mtp)]
-        self.eh = [Derived([m.eh_proj.weight], native.pack_linear) for m in model.mtp]
-        self.head = Derived([model.lm_head.weight], native.pack_linear)
+        self._params = [p for p in model.parameters()]
+        self._versions = None
 
-    def _block(self, block, cache_layer: int) -> _Block:
-        a = block.self_attn
-        qkv_w = [a.q_proj.weight, a.k_proj.weight, a.v_proj.weight]
-        biases = [a.q_proj.bias, a.k_proj.bias, a.v_proj.bias] if a.q_proj.bias is not None else []
+    def _refresh(self) -> None:
+        """(Re)pack the weights when any parameter changed in place since the last pass
+        (Engine.update_weights, load_state_dict, an optimizer step: all bump version counters)."""
+        versions = [p._version for p in self._params]
+        if versions == self._versions:
+            return
+        model, cfg = self.model, self.model.config
+        with torch.no_grad():
+            self.blocks, self.ints = [], []
+            for i, layer in enumerate(model.layers):
+                t, n = _block_weights(layer, i)
+                self.blocks += [w.detach() for w in t]
+                self.ints += n
+            self.mtp, self.mtp_flat, self.mtp_ints = [], [], []
+            for d, m in enumerate(model.mtp):
+                t, n = _block_weights(m.block, cfg.num_hidden_layers + d)
+                depth = [m.hnorm.weight, m.enorm.weight, native.pack_linear(m.eh_proj.weight), *t, m.norm.weight]
+                depth = [w.detach() for w in depth]
+                self.mtp.append((depth[0], depth[1], depth[2], depth[3:-1], n, depth[-1]))
+                self.mtp_flat += depth
+                self.mtp_ints += n
+            self.head = native.pack_linear(model.lm_head.weight)
+        self._versions = versions
 
-        def build_qkv(wq, wk, wv, *b):
-            return native.pack_linear(torch.cat([wq, wk, wv])), (torch.cat(b) if b else None)
-
-        moe = block.mlp if isinstance(block.mlp, MoE) else None
-        if moe is not None:
-            def build_mlp(router_ED, gate_up_EfD, down_EDF):
-                F_ = down_EDF.shape[-1]
-                F8 = -(-F_ // 8) * 8  # the kernels' activation width: padded to whole panels
-                down_EDF8 = F.pad(down_EDF, (0, F8 - F_))
-                return (native.pack_linear(router_ED), native.pack_swiglu(gate_up_EfD[:, :F_], gate_up_EfD[:, F_:]),
-                        native.pack_linear(down_EDF8))
-
-            mlp = Derived([moe.gate.weight, moe.experts.gate_up_proj, moe.experts.down_proj], build_mlp)
-        else:
-            m = block.mlp
-            mlp = Derived([m.gate_proj.weight, m.up_proj.weight, m.down_proj.weight],
-                          lambda g, u, d: (native.pack_swiglu(g, u), native.pack_linear(d)))
-        return _Block(block, cache_layer, Derived(qkv_w + biases, build_qkv),
-                      Derived([a.o_proj.weight], native.pack_linear), mlp, moe)
-
-    def _run_block(self, blk: _Block, x_ND: torch.Tensor, slots_B: torch.Tensor,
-                   start_B: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """x + attn(norm(x)), then + mlp(norm(x)) (the norms done by the kernels); returns the
-        residual stream and the experts [N, K] (None for a dense block)."""
-        ops, b, a, D = self.ops, blk.block, blk.block.self_attn, self.D
-        n1, n2 = b.input_layernorm, b.post_attention_layernorm
-        qkv_w, qkv_b = blk.qkv.get()
-        qkv_NX = ops.linear(x_ND, qkv_w, (self.H + 2 * self.G) * self.C, qkv_b, None, n1.weight, n1.eps)
-        k_SGLC, v_SGLC = self.cache.layer(blk.cache_layer)
-        o_NX = ops.attention(qkv_NX, a.q_norm.weight, a.k_norm.weight, a.q_norm.eps, self.cos_LC, self.sin_LC,
-                             k_SGLC, v_SGLC, slots_B, start_B, self.H)
-        x_ND = ops.linear(o_NX, blk.o.get(), D, a.o_proj.bias, x_ND)
-        moe = blk.moe
-        if moe is None:
-            gu, down = blk.mlp.get()
-            act_NF = ops.swiglu(x_ND, gu, b.mlp.down_proj.in_features, n2.weight, n2.eps)
-            return ops.linear(act_NF, down, D, None, x_ND), None
-        router, gu, down = blk.mlp.get()
-        E = moe.gate.out_features
-        if moe.shared_expert is None:
-            return ops.moe(x_ND, n2.weight, n2.eps, router, E, moe.k, moe.norm_topk_prob, gu, down)
-        h_ND = ops.rms_norm(x_ND, n2.weight, n2.eps)
-        x_ND = x_ND + torch.sigmoid(moe.shared_expert_gate(h_ND)) * moe.shared_expert(h_ND)
-        return ops.moe(h_ND, None, 0.0, router, E, moe.k, moe.norm_topk_prob, gu, down, x_ND)
-
-    def _check(self, start_B: torch.Tensor, T: int) -> None:
-        if int(start_B.min()) < 0 or int(start_B.max()) + T > self.cache.max_len:
-            raise ValueError(f"KV cache: positions {int(start_B.min())}..{int(start_B.max()) + T - 1} do not fit "
-                             f"in a slot of max_len={self.cache.max_len}; free a slot or build a longer cache")
+    def _start(self, slots_B: torch.Tensor, T: int, back: int) -> tuple[torch.Tensor, torch.Tensor]:
+        slots_B = slots_B.to(torch.int64).contiguous()
+        start_B = (self.cache.lengths[slots_B] - back).contiguous()
+        lo, hi = int(start_B.min()), int(start_B.max())
+        if lo < 0 or hi + T > self.cache.max_len:
+            raise ValueError(f"KV cache: positions {lo}..{hi + T - 1} do not fit in a slot of "
+                             f"max_len={self.cache.max_len}; free a slot or build a longer cache")
+        return slots_B, start_B
 
     def __call__(self, ids_BT, slots_B, *, logits="all", want_experts=False) -> Step:
-        model, cfg = self.model, self.model.config
+        self._refresh()
         B, T = ids_BT.shape
-        slots_B = slots_B.to(torch.int64).contiguous()
-        start_B = self.cache.lengths[slots_B].contiguous()
-        self._check(start_B, T)
-        x_ND = model.embed_tokens(ids_BT.reshape(-1))
-        experts_Y = []
-        for blk in self.blocks:
-            x_ND, idx_NK = self._run_block(blk, x_ND, slots_B, start_B)
-            if idx_NK is not None:
-                experts_Y.append(idx_NK)
-        h_ND = self.ops.rms_norm(x_ND, model.norm.weight, model.norm.eps)
-        h_BTD = h_ND.view(B, T, self.D)
-        V = cfg.vocab_size
-        out = None
-        if logits == "all":
-            out = self.ops.linear(h_ND, self.head.get(), V, None, None).view(B, T, V)
-        elif logits == "last":
-            out = self.ops.linear(h_BTD[:, -1].contiguous(), self.head.get(), V, None, None)
+        slots_B, start_B = self._start(slots_B, T, 0)
+        c = self.cache
+        h_ND, out, routed_NYK = self.ops.forward(
+            ids_BT.reshape(-1), slots_B, start_B, self.model.embed_tokens.weight.detach(), self.blocks, self.ints,
+            c.k, c.v, self.cos_LC, self.sin_LC, self.model.norm.weight.detach(), self.head, self.V, self.H, self.eps,
+            {"none": 0, "last": 1, "all": 2}[logits])
+        out = out.view(B, T, self.V) if logits == "all" else (out if logits == "last" else None)
         routed = None
         if want_experts:
-            routed = (torch.stack(experts_Y, dim=1).view(B, T, len(experts_Y), -1).to(torch.int32) if experts_Y
-                      else torch.zeros(B, T, 0, cfg.num_experts_per_tok, dtype=torch.int32))
-        return Step(h_BTD, out, routed)
+            routed = routed_NYK.view(B, T, routed_NYK.shape[1], -1).to(torch.int32) if routed_NYK.numel() else \
+                torch.zeros(B, T, 0, self.model.config.num_experts_per_tok, dtype=torch.int32)
+        return Step(h_ND.view(B, T, self.D), out, routed)
 
     def mtp_step(self, depth, hidden_BTD, ids_BT, slots_B, logits=True):
-        model, D = self.model, self.D
-        m = model.mtp[depth - 1]
+        self._refresh()
         B, T = ids_BT.shape
-        slots_B = slots_B.to(torch.int64).contiguous()
-        start_B = (self.cache.lengths[slots_B] - T).contiguous()
-        self._check(start_B, T)
-        h_ND = self.ops.rms_norm(hidden_BTD.reshape(B * T, D), m.hnorm.weight, m.hnorm.eps)
-        e_ND = self.ops.rms_norm(model.embed_tokens(ids_BT.reshape(-1)), m.enorm.weight, m.enorm.eps)
-        x_ND = self.ops.linear(torch.cat([h_ND, e_ND], dim=-1), self.eh[depth - 1].get(), D, None, None)
-        x_ND, _ = self._run_block(self.mtp_blocks[depth - 1], x_ND, slots_B, start_B)
-        h_BTD = self.ops.rms_norm(x_ND, m.norm.weight, m.norm.eps).view(B, T, D)
-        out = self.ops.linear(h_BTD[:, -1].contiguous(), self.head.get(), model.config.vocab_size, None, None) \
-            if logits else None
-        return out, h_BTD
+        slots_B, start_B = self._start(slots_B, T, T)
+        hnorm, enorm, eh, block, ints, norm = self.mtp[depth - 1]
+        c = self.cache
+        h_ND, out = self.ops.mtp(hidden_BTD.reshape(B * T, self.D).contiguous(), ids_BT.reshape(-1), slots_B, start_B,
+                                 self.model.embed_tokens.weight.detach(), hnorm, enorm, eh, block, ints, c.k, c.v,
+                                 self.cos_LC, self.sin_LC, norm, self.head, self.V, self.H, self.eps, logits)
+        return (out if logits else None), h_ND.view(B, T, self.D)
+
+    def draft_greedy(self, hidden_BWD, next_BW, slots_B, k):
+        self._refresh()
+        B, W = next_BW.shape
+        slots_B, start_B = self._start(slots_B, W, W)
+        c = self.cache
+        return self.ops.draft_greedy(hidden_BWD.reshape(B * W, self.D).contiguous(), next_BW.contiguous(), slots_B,
+                                     start_B, self.model.embed_tokens.weight.detach(), self.mtp_flat, self.mtp_ints,
+                                     c.k, c.v, self.cos_LC, self.sin_LC, self.head, self.V, self.H, self.eps, k)
+
+    def spec_greedy(self, ids_BJ, slots_B, recent_BW, hist_SWD, want_experts=False) -> SpecStep:
+        self._refresh()
+        B, J = ids_BJ.shape
+        self._start(slots_B, J, 0)
+        c = self.cache
+        target, lp, n, drafts, routed_NYK = self.ops.spec_greedy(
+            ids_BJ.contiguous(), slots_B.to(torch.int64).contiguous(), c.lengths, recent_BW.contiguous(), hist_SWD,
+            self.model.embed_tokens.weight.detach(), self.blocks, self.ints, self.mtp_flat, self.mtp_ints, c.k, c.v,
+            self.cos_LC, self.sin_LC, self.model.norm.weight.detach(), self.head, self.V, self.H, self.eps)
+        routed = None
+        if want_experts:
+            routed = routed_NYK.view(B, J, routed_NYK.shape[1], -1).to(torch.int32) if routed_NYK.numel() else \
+                torch.zeros(B, J, 0, self.model.config.num_experts_per_tok, dtype=torch.int32)
+        return SpecStep(target, lp, n, drafts, routed)

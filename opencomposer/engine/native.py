@@ -1,7 +1,8 @@
-"""The engine's C++ CPU kernels (csrc/kernels.cpp): built on first use, loaded as torch ops.
+"""The engine's C++ CPU kernels (csrc/): built on first use, loaded as torch ops.
 
-`ops()` returns `torch.ops.opencomposer` (linear, swiglu, moe, attention: see the C++ file's
-header for what each computes), or None when the kernels cannot be built here; the engine then
+`ops()` returns `torch.ops.opencomposer`: the kernels of csrc/kernels.h (rms_norm, linear,
+swiglu, moe, attention, argmax_logprob) and csrc/ops.cpp's whole passes built from them
+(forward: the main model on T tokens per row; mtp: one MTP depth), or None when the kernels cannot be built here; the engine then
 runs its oneDNN/PyTorch path (fused.py, kernels.py) and says so once in the log. Why C++: at
 decode shapes (1-16 rows per weight matrix, 2-6 rows per expert) oneDNN and MKL reach 10-30
 GFLOP/s on one core, and each of the ~30 PyTorch ops per layer costs microseconds; these kernels
@@ -35,7 +36,8 @@ import torch
 
 log = logging.getLogger(__name__)
 
-SOURCE = Path(__file__).parent / "csrc" / "kernels.cpp"
+CSRC = Path(__file__).parent / "csrc"
+SOURCE = CSRC / "ops.cpp"  # includes kernels.h: one translation unit
 PANEL = 16
 _state: dict = {}
 
@@ -69,8 +71,9 @@ def build() -> Path:
     if shutil.which(cxx) is None:
         raise RuntimeError(f"no C++ compiler ({cxx!r} not found): install one (Debian: apt-get install g++)")
     probe = _command(Path("OUT"))
-    key = hashlib.sha256("\0".join([SOURCE.read_text(), " ".join(probe), torch.__version__, _cpu_flags(),
-                                    sys.platform]).encode()).hexdigest()[:16]
+    sources = [p.read_text() for p in sorted(CSRC.iterdir()) if p.suffix in (".cpp", ".h")]
+    key = hashlib.sha256("\0".join(sources + [" ".join(probe), torch.__version__, _cpu_flags(),
+                                              sys.platform]).encode()).hexdigest()[:16]
     root = Path(os.environ.get("OPENCOMPOSER_CACHE", Path.home() / ".cache" / "opencomposer"))
     folder = root / "kernels" / key
     lib = folder / "opencomposer_kernels.so"
@@ -86,7 +89,7 @@ def build() -> Path:
         run = subprocess.run(_command(tmp), capture_output=True, text=True)
         if run.returncode != 0:
             tmp.unlink(missing_ok=True)
-            raise RuntimeError(f"compiling {SOURCE.name} failed:\n{run.stderr[-3000:]}")
+            raise RuntimeError(f"compiling {SOURCE} failed:\n{run.stderr[-3000:]}")
         os.replace(tmp, lib)
     return lib
 

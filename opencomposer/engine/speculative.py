@@ -123,9 +123,11 @@ def accept_greedy(target_BJ: torch.Tensor, drafts_Bk: torch.Tensor) -> tuple[tor
     return n_B, target_BJ.gather(1, n_B[:, None]).squeeze(1)
 
 
-def shift_hidden(hist_BWD: torch.Tensor, new_BJD: torch.Tensor, n_B: torch.Tensor) -> torch.Tensor:
-    """The last W main hiddens after appending the first n+1 rows of new_BJD to each row."""
-    W = hist_BWD.shape[1]
-    all_BXD = torch.cat([hist_BWD, new_BJD], dim=1)
+def shift_hidden(hist_BW_: torch.Tensor, new_BJ_: torch.Tensor, n_B: torch.Tensor) -> torch.Tensor:
+    """The last W entries of each row after appending the first n+1 of new_BJ_ (hiddens
+    [B, W, D] or tokens [B, W]: any trailing dims)."""
+    W = hist_BW_.shape[1]
+    all_BX_ = torch.cat([hist_BW_, new_BJ_.to(hist_BW_.dtype)], dim=1)
     idx_BW = (n_B[:, None] + 1) + torch.arange(W, device=n_B.device)
-    return all_BXD.gather(1, idx_BW[..., None].expand(-1, -1, all_BXD.shape[-1]))
+    idx = idx_BW.view(*idx_BW.shape, *[1] * (all_BX_.dim() - 2)).expand(-1, -1, *all_BX_.shape[2:])
+    return all_BX_.gather(1, idx)

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from opencomposer.engine import Engine, GenerationRequest, SamplingParams, native
-from opencomposer.engine.forward import NativeForward, TorchForward, make_forward
+from opencomposer.engine.forward import NativeForward, TorchForward, _block_weights, make_forward
 from opencomposer.model.model import KVCache, MoE
 
 from engine_util import tiny_model
@@ -112,9 +112,9 @@ def test_kernels_linear_and_swiglu_at_odd_sizes(M):
 @needs_native
 def test_kernels_moe_equals_the_models_router_and_experts():
     model = tiny_model(num_experts=7, moe_intermediate_size=13)  # widths that are not whole panels
-    moe = next(layer.mlp for layer in model.layers if isinstance(layer.mlp, MoE))
-    fwd = NativeForward(model, KVCache(model.config, max_slots=1, max_len=8))
-    router, gu, down = next(b.mlp for b in fwd.blocks if b.moe is moe).get()
+    i, layer = next((i, layer) for i, layer in enumerate(model.layers) if isinstance(layer.mlp, MoE))
+    moe = layer.mlp
+    router, gu, down = _block_weights(layer, i)[0][8:11]
     for N in (1, 3, 40):  # 1 token leaves most experts empty
         x_ND = torch.randn(N, model.config.hidden_size, generator=torch.Generator().manual_seed(N))
         with torch.inference_mode():
@@ -168,3 +168,39 @@ def test_kernels_greedy_sampling_equals_argmax_and_token_logprobs():
     tokens, lps = native.ops().argmax_logprob(logits)
     assert tokens.tolist() == logits.argmax(-1).tolist()
     torch.testing.assert_close(lps, token_logprobs(logits, tokens), atol=1e-5, rtol=1e-5)
+
+
+@needs_native
+@pytest.mark.parametrize("k", [1, 2])
+def test_native_greedy_speculative_step_equals_the_torch_one(k):
+    """verify + accept + cache advance + window shifts + drafting: same tokens, state and drafts."""
+    from engine_util import draftable_model
+
+    model = draftable_model()
+    W, slots = 2 * k, [3, 0, 1]
+    g = torch.Generator().manual_seed(7)
+    ids_BJ = torch.randint(0, model.config.vocab_size, (3, k + 1), generator=g)
+    recent_BW = torch.randint(0, model.config.vocab_size, (3, W), generator=g)
+    hist = torch.randn(4, W, model.config.hidden_size, generator=g)
+    cache = KVCache(model.config, max_slots=4, max_len=40)
+    _fill(model, cache, slots, [9, 6, 12], seed=8)
+    with torch.inference_mode():  # drafts that the target accepts: all of row 0's, the first of row 1's
+        for j in range(k):
+            target_BJ = model(ids_BJ, cache, torch.tensor(slots)).logits.argmax(-1)
+            ids_BJ[0, j + 1] = target_BJ[0, j]
+            ids_BJ[1, 1] = target_BJ[1, 0]
+    results = []
+    for make in (TorchForward, NativeForward):
+        cache = KVCache(model.config, max_slots=4, max_len=40)
+        _fill(model, cache, slots, [9, 6, 12], seed=8)
+        fwd = make(model, cache, packed=False) if make is TorchForward else make(model, cache)
+        h = hist.clone()
+        with torch.inference_mode():
+            r = fwd.spec_greedy(ids_BJ, torch.tensor(slots), recent_BW, h, want_experts=True)
+        results.append((r, h, cache.lengths.clone()))
+    (a, ha, la), (b, hb, lb) = results
+    assert a.accepted[0] == k and a.accepted[1] >= 1
+    assert (a.accepted == b.accepted).all() and (a.tokens == b.tokens).all() and (la == lb).all()
+    assert (a.drafts == b.drafts).all() and (a.routed_experts == b.routed_experts).all()
+    torch.testing.assert_close(b.logprobs, a.logprobs, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(hb, ha, atol=1e-5, rtol=1e-5)

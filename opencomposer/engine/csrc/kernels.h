@@ -1,6 +1,7 @@
-// CPU kernels for the engine's forward (native.py builds and loads this file; see its docstring).
+// The engine's CPU kernels, included by ops.cpp (one translation unit: compiling is mostly
+// ATen's headers). native.py builds them; see its docstring for why they exist.
 //
-// float32 only. Ops registered as torch.ops.opencomposer.*; "norm" arguments (a weight and eps)
+// float32 only. Each function below is also a torch op (ops.cpp registers them); "norm" arguments (a weight and eps)
 // RMS-normalise the input rows first, as the model's RMSNorm (w * x / sqrt(mean(x^2) + eps)):
 //   rms_norm(x [M, D], w, eps) -> [M, D]
 //   linear(x [M, I], w_packed [nP, I, 16], O, bias?, residual?, norm?) -> [M, O]
@@ -27,9 +28,9 @@
 // Vectors are GCC/Clang vector extensions (8 floats; AVX2+FMA with -march=native, split into
 // narrower registers elsewhere), so the file has no intrinsics. Threads: at::parallel_for over
 // output panels (linear, swiglu, the experts' products) and over (row, kv head) (attention).
+#pragma once
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
-#include <torch/library.h>
 
 #include <algorithm>
 #include <cmath>
@@ -92,23 +93,45 @@ inline float exp_sum(float* x, int64_t n) {
 }
 
 // acc[r] = x[r, :] . panel, for R rows of x (row stride ldx) and one packed panel [I, 16].
-template <int R>
+// U interleaved partial sums over i: with few rows (R <= 3) the 2R accumulators alone cannot
+// cover the FMA latency (2 pipes x 4 cycles wants 8 chains), so U sets of them take turns.
+template <int R, int U>
 inline void tile(const float* x, int64_t ldx, const float* w, int64_t I, v8 (&a0)[R], v8 (&a1)[R]) {
+  v8 c0[U][R], c1[U][R];
+#pragma GCC unroll 8
+  for (int u = 0; u < U; ++u)
 #pragma GCC unroll 6
-  for (int r = 0; r < R; ++r) a0[r] = a1[r] = v8{};
-  for (int64_t i = 0; i < I; ++i) {
+    for (int r = 0; r < R; ++r) c0[u][r] = c1[u][r] = v8{};
+  int64_t i = 0;
+  for (; i + U <= I; i += U) {
     // The weights stream from memory once: ask for them a panel (16 KB at I = 256) ahead.
     __builtin_prefetch(w + (i + 256) * PW, 0, 0);
-    v8 b0 = load(w + i * PW), b1 = load(w + i * PW + 8);
+#pragma GCC unroll 8
+    for (int u = 0; u < U; ++u) {
+      v8 b0 = load(w + (i + u) * PW), b1 = load(w + (i + u) * PW + 8);
 #if defined(__x86_64__)
-    asm("" : "+x"(b0), "+x"(b1));  // keep both in registers (GCC otherwise re-reads b1 per row)
+      asm("" : "+x"(b0), "+x"(b1));  // keep both in registers (GCC otherwise re-reads b1 per row)
 #endif
 #pragma GCC unroll 6
+      for (int r = 0; r < R; ++r) {
+        const v8 a = splat(x[r * ldx + i + u]);
+        c0[u][r] += a * b0;
+        c1[u][r] += a * b1;
+      }
+    }
+  }
+  for (; i < I; ++i) {
+    const v8 b0 = load(w + i * PW), b1 = load(w + i * PW + 8);
     for (int r = 0; r < R; ++r) {
       const v8 a = splat(x[r * ldx + i]);
-      a0[r] += a * b0;
-      a1[r] += a * b1;
+      c0[0][r] += a * b0;
+      c1[0][r] += a * b1;
     }
+  }
+  for (int r = 0; r < R; ++r) {
+    a0[r] = c0[0][r];
+    a1[r] = c1[0][r];
+    for (int u = 1; u < U; ++u) a0[r] += c0[u][r], a1[r] += c1[u][r];
   }
 }
 
@@ -116,7 +139,7 @@ inline void tile(const float* x, int64_t ldx, const float* w, int64_t I, v8 (&a0
 template <int R, class Epi>
 inline void rows_tile(const float* x, int64_t ldx, int64_t m, const float* w, int64_t I, int64_t p, Epi& epi) {
   v8 a0[R], a1[R];
-  tile<R>(x + m * ldx, ldx, w, I, a0, a1);
+  tile<R, (R == 1 ? 4 : R <= 3 ? 2 : 1)>(x + m * ldx, ldx, w, I, a0, a1);
   for (int r = 0; r < R; ++r) epi(m + r, p, a0[r], a1[r]);
 }
 
@@ -486,15 +509,3 @@ std::tuple<at::Tensor, at::Tensor> argmax_logprob(const at::Tensor& logits_in) {
 }
 
 }  // namespace
-
-TORCH_LIBRARY(opencomposer, m) {
-  m.def("argmax_logprob(Tensor logits) -> (Tensor, Tensor)", argmax_logprob);
-  m.def("rms_norm(Tensor x, Tensor weight, float eps) -> Tensor", rms_norm);
-  m.def("linear(Tensor x, Tensor w_packed, int out_features, Tensor? bias=None, Tensor? residual=None, "
-        "Tensor? norm_weight=None, float eps=0.) -> Tensor", linear);
-  m.def("swiglu(Tensor x, Tensor gu_packed, int F, Tensor? norm_weight=None, float eps=0.) -> Tensor", swiglu);
-  m.def("moe(Tensor x, Tensor? norm_weight, float eps, Tensor router_packed, int E, int K, bool norm_topk_prob, "
-        "Tensor gu_packed, Tensor down_packed, Tensor? residual=None) -> (Tensor, Tensor)", moe);
-  m.def("attention(Tensor qkv, Tensor q_norm_w, Tensor k_norm_w, float eps, Tensor cos, Tensor sin, "
-        "Tensor(a!) k_cache, Tensor(b!) v_cache, Tensor slots, Tensor start, int H) -> Tensor", attention);
-}
