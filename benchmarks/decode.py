@@ -220,6 +220,7 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--spec-depth", type=int, default=None, help="MTP draft depth k (default: the model's num_mtp_modules)")
     ap.add_argument("--skip-transformers", action="store_true")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -246,9 +247,10 @@ def main() -> None:
                                       args.new_tokens),
                "torch_path": EngineRunner(Engine(copy.deepcopy(model), max_slots=args.batch, max_len=max_len,
                                                  native_kernels=False), args.new_tokens)}
-    if cfg.num_mtp_modules:
+    spec_depth = cfg.num_mtp_modules if args.spec_depth is None else args.spec_depth
+    if spec_depth:
         runners["spec"] = EngineRunner(Engine(copy.deepcopy(model), max_slots=args.batch, max_len=max_len,
-                                              speculative_depth=cfg.num_mtp_modules), args.new_tokens)
+                                              speculative_depth=spec_depth), args.new_tokens)
     tmp = tempfile.TemporaryDirectory()
     if not args.skip_transformers:
         save_pretrained(model, tmp.name)
@@ -281,9 +283,9 @@ def main() -> None:
 
     if "spec" in runners:
         st = runners["spec"].engine.stats
-        out["spec_depth"] = cfg.num_mtp_modules
+        out["spec_depth"] = spec_depth
         out["spec_acceptance"] = st.spec_accepted / max(st.spec_proposed, 1)
-        out["spec_tokens_per_step"] = 1 + cfg.num_mtp_modules * out["spec_acceptance"]
+        out["spec_tokens_per_step"] = 1 + spec_depth * out["spec_acceptance"]
         for B in batches:
             out[f"spec_tps_b{B}"] = tps["spec", B]
             out[f"spec_ratio_b{B}"] = tps["spec", B] / tps["engine", B]

@@ -27,6 +27,11 @@ newest positions (W >= (n+1) + (k-1) for any n <= k accepted), rewriting every e
 a draft with real tokens, from the last W main hiddens (kept by the caller per slot). A fixed
 W keeps one T for the whole batch; only a sequence shorter than W gets its own, shorter window.
 
+The functions here are the reference of the step. For all-greedy batches the engine runs the
+whole step as one call of its forward backend (forward.Forward.spec_greedy; on the CPU one C++
+op doing verify, acceptance, the window shifts and all k drafting depths), so that a step at
+batch 1 costs its arithmetic and not ~20 Python-level tensor operations.
+
 Left out: drafting deeper than the number of MTP modules (chaining the last module EAGLE-style),
 and tree drafts (several candidates per depth).
 """

@@ -28,11 +28,11 @@ def _fill(model, cache, slots, lengths, seed):
 
 
 @needs_native
-@pytest.mark.parametrize("T", [1, 3, 9])
+@pytest.mark.parametrize("T", [1, 3, 9, 20, 45])  # >= 16: prefill attention as products, chunks of 32
 @pytest.mark.parametrize("slots", [[0, 1, 2, 3], [5, 1, 3], [2]])
 def test_native_pass_equals_the_models_cached_forward(T, slots):
     model = tiny_model(shared_expert_intermediate_size=12, attention_bias=True)  # + a dense layer (mlp_only_layers)
-    caches = [KVCache(model.config, max_slots=8, max_len=40) for _ in range(2)]
+    caches = [KVCache(model.config, max_slots=8, max_len=64) for _ in range(2)]
     for cache in caches:
         _fill(model, cache, slots, [4 + 3 * b for b in range(len(slots))], seed=1)
     ids_BT = torch.randint(0, model.config.vocab_size, (len(slots), T), generator=torch.Generator().manual_seed(2))

@@ -423,6 +423,66 @@ inline void weighted_sum(const float* w, const float* v, int64_t P, int64_t C, f
   }
 }
 
+// Many query rows (prefill): per chunk of kChunkT tokens the r heads' queries [Q = kChunkT*r, C]
+// against the keys they can see, as two products on the micro-kernel: S = Q K^T (K packed as
+// the "weight", keys as output features), a masked softmax per row, O = S V (V^T packed).
+constexpr int64_t kGemmAttentionT = 16;
+constexpr int64_t kChunkT = 32;
+
+void attend_chunks(const float* qkv_b, int64_t row, int64_t H, int64_t g, int64_t r, const float* qw, float eps,
+                   float scale, const float* cp, const float* sp, const float* kbase, const float* vbase,
+                   int64_t start, int64_t T, int64_t C, float* out_b) {
+  const int64_t Pmax = start + T, nPk = (Pmax + PW - 1) / PW, nPv = (C + PW - 1) / PW;
+  // K packed: kp[p, c, j] = K[16p + j, c]; V^T packed: vp[pc, i, j] = V[i, 16pc + j] (zero-padded).
+  std::vector<float> kp(nPk * C * PW, 0.f), vp(nPv * Pmax * PW, 0.f);
+  for (int64_t i = 0; i < Pmax; ++i)
+    for (int64_t c = 0; c < C; ++c) {
+      kp[((i / PW) * C + c) * PW + i % PW] = kbase[i * C + c];
+      vp[((c / PW) * Pmax + i) * PW + c % PW] = vbase[i * C + c];
+    }
+  std::vector<float> q(kChunkT * r * C), sc(kChunkT * r * nPk * PW), o(kChunkT * r * C);
+  for (int64_t t0 = 0; t0 < T; t0 += kChunkT) {
+    const int64_t nt = std::min(kChunkT, T - t0), Q = nt * r, P = start + t0 + nt;  // keys this chunk sees
+    const int64_t ldS = (P + PW - 1) / PW * PW;
+    for (int64_t t = 0; t < nt; ++t) {
+      const int64_t pos = start + t0 + t;
+      for (int64_t j = 0; j < r; ++j)
+        norm_rope(qkv_b + (t0 + t) * row + (g * r + j) * C, qw, eps, scale, cp + pos * C, sp + pos * C, C,
+                  q.data() + (t * r + j) * C);
+    }
+    float* S = sc.data();
+    auto s_epi = [&](int64_t m, int64_t p, v8 a0, v8 a1) {
+      store(S + m * ldS + p * PW, a0);
+      store(S + m * ldS + p * PW + 8, a1);
+    };
+    gemm(q.data(), C, Q, kp.data(), C, ldS / PW, s_epi);
+    for (int64_t m = 0; m < Q; ++m) {  // causal softmax: query t sees keys 0..start+t0+t
+      float* srow = S + m * ldS;
+      const int64_t n = start + t0 + m / r + 1;
+      const float mx = *std::max_element(srow, srow + n);
+      for (int64_t i = 0; i < n; ++i) srow[i] -= mx;
+      const float inv = 1.f / exp_sum(srow, n);
+      for (int64_t i = 0; i < n; ++i) srow[i] *= inv;
+      std::fill(srow + n, srow + ldS, 0.f);
+    }
+    float* O = o.data();
+    auto o_epi = [&](int64_t m, int64_t p, v8 a0, v8 a1) {
+      float t16[PW];
+      store(t16, a0);
+      store(t16 + 8, a1);
+      for (int64_t j = 0; j < PW && p * PW + j < C; ++j) O[m * C + p * PW + j] = t16[j];
+    };
+    // The first P rows of each V^T panel: a panel has Pmax rows, the product reads P of them.
+    for (int64_t pc = 0; pc < nPv; ++pc) {
+      auto epi = [&](int64_t m, int64_t, v8 a0, v8 a1) { o_epi(m, pc, a0, a1); };
+      gemm(S, ldS, Q, vp.data() + pc * Pmax * PW, P, 1, epi);
+    }
+    for (int64_t t = 0; t < nt; ++t)
+      for (int64_t j = 0; j < r; ++j)
+        std::memcpy(out_b + (t0 + t) * H * C + (g * r + j) * C, O + (t * r + j) * C, C * sizeof(float));
+  }
+}
+
 at::Tensor attention(const at::Tensor& qkv, const at::Tensor& qn_w, const at::Tensor& kn_w, double eps,
                      const at::Tensor& cos, const at::Tensor& sin, at::Tensor k_cache, at::Tensor v_cache,
                      const at::Tensor& slots, const at::Tensor& start, int64_t H) {
@@ -453,6 +513,11 @@ at::Tensor attention(const at::Tensor& qkv, const at::Tensor& qn_w, const at::Te
         const int64_t n = b * T + t, pos = st[b] + t;
         norm_rope(qp + n * row + (H + g) * C, kw, feps, 1.f, cp + pos * C, sp + pos * C, C, kbase + pos * C);
         std::memcpy(vbase + pos * C, qp + n * row + (H + G + g) * C, C * sizeof(float));
+      }
+      if (T >= kGemmAttentionT) {
+        attend_chunks(qp + b * T * row, row, H, g, r, qw, feps, scale, cp, sp, kbase, vbase, st[b], T, C,
+                      out + b * T * H * C);
+        continue;
       }
       for (int64_t t = 0; t < T; ++t) {
         const int64_t n = b * T + t, pos = st[b] + t, P = pos + 1;
