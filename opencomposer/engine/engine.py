@@ -411,6 +411,7 @@ class Engine:
             with torch.no_grad():
                 for name, t in state_dict.items():
                     params[name].copy_(t)
+            self._fwd.refresh()
             self.policy_version = self.policy_version + 1 if version is None else int(version)
             fut.set_result(self.policy_version)
         except Exception as e:

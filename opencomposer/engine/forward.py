@@ -14,8 +14,8 @@ drafting steps.
 
 Both compute what `Transformer.forward(ids_BT, cache, slots)` and `Transformer.mtp_step`
 compute, up to float rounding (summation order, ~1e-6 in float32; tests/engine/test_forward.py).
-The native backend's packed weights are rebuilt when any parameter changed in place, so
-`Engine.update_weights` needs nothing more.
+The native backend packs the weights when built and on `refresh()`, which
+`Engine.update_weights` calls; the torch backend follows in-place changes by itself.
 
 Left out: router replay (the engine never replays), devices other than the CPU for the native
 backend.
@@ -70,6 +70,10 @@ class Forward(Protocol):
         """speculative.draft with argmax drafts: k tokens int64 [B, k] from each row's window of
         main hiddens [B, W, D] and next tokens [B, W]."""
 
+    def refresh(self) -> None:
+        """The model's weights were changed in place (Engine.update_weights): rebuild anything
+        derived from them."""
+
     def spec_greedy(self, ids_BJ: torch.Tensor, slots_B: torch.Tensor, recent_BW: torch.Tensor,
                     hist_SWD: torch.Tensor, want_experts: bool = False) -> SpecStep:
         """A whole greedy speculative step: verify ids_BJ = [pending token, k drafts] per row,
@@ -113,6 +117,9 @@ class TorchForward:
         kv = self.cache.layer(m.config.num_hidden_layers + depth - 1)
         h_BTD = m.mtp[depth - 1](hidden_BTD, m.embed_tokens(ids_BT), cos_BTC, sin_BTC, kv, step)
         return (m.lm_head(h_BTD[:, -1]) if logits else None), h_BTD
+
+    def refresh(self) -> None:
+        pass  # kernels.Derived and PackedLinear follow the weights' version counters themselves
 
     def spec_greedy(self, ids_BJ, slots_B, recent_BW, hist_SWD, want_experts=False) -> SpecStep:
         B, J = ids_BJ.shape
@@ -174,15 +181,12 @@ class NativeForward:
         emb_LC = torch.cat([freqs_Lc, freqs_Lc], dim=-1)
         self.cos_LC = (emb_LC.cos() * model.rope_scale).contiguous()
         self.sin_LC = (emb_LC.sin() * model.rope_scale).contiguous()
-        self._params = [p for p in model.parameters()]
-        self._versions = None
+        self.refresh()
 
-    def _refresh(self) -> None:
-        """(Re)pack the weights when any parameter changed in place since the last pass
-        (Engine.update_weights, load_state_dict, an optimizer step: all bump version counters)."""
-        versions = [p._version for p in self._params]
-        if versions == self._versions:
-            return
+    def refresh(self) -> None:
+        """Pack the weights again (after Engine.update_weights changed them in place). Passes
+        do not check for changes themselves: comparing ~100 version counters costs a batch-1
+        step tens of microseconds, and the engine owns its model."""
         model, cfg = self.model, self.model.config
         with torch.no_grad():
             self.blocks, self.ints = [], []
@@ -199,7 +203,7 @@ class NativeForward:
                 self.mtp_flat += depth
                 self.mtp_ints += n
             self.head = native.pack_linear(model.lm_head.weight)
-        self._versions = versions
+            self.embed, self.norm_w = model.embed_tokens.weight.detach(), model.norm.weight.detach()
 
     def _start(self, slots_B: torch.Tensor, T: int, back: int) -> tuple[torch.Tensor, torch.Tensor]:
         slots_B = slots_B.to(torch.int64).contiguous()
@@ -211,13 +215,12 @@ class NativeForward:
         return slots_B, start_B
 
     def __call__(self, ids_BT, slots_B, *, logits="all", want_experts=False) -> Step:
-        self._refresh()
         B, T = ids_BT.shape
         slots_B, start_B = self._start(slots_B, T, 0)
         c = self.cache
         h_ND, out, routed_NYK = self.ops.forward(
-            ids_BT.reshape(-1), slots_B, start_B, self.model.embed_tokens.weight.detach(), self.blocks, self.ints,
-            c.k, c.v, self.cos_LC, self.sin_LC, self.model.norm.weight.detach(), self.head, self.V, self.H, self.eps,
+            ids_BT.reshape(-1), slots_B, start_B, self.embed, self.blocks, self.ints,
+            c.k, c.v, self.cos_LC, self.sin_LC, self.norm_w, self.head, self.V, self.H, self.eps,
             {"none": 0, "last": 1, "all": 2}[logits])
         out = out.view(B, T, self.V) if logits == "all" else (out if logits == "last" else None)
         routed = None
@@ -227,34 +230,31 @@ class NativeForward:
         return Step(h_ND.view(B, T, self.D), out, routed)
 
     def mtp_step(self, depth, hidden_BTD, ids_BT, slots_B, logits=True):
-        self._refresh()
         B, T = ids_BT.shape
         slots_B, start_B = self._start(slots_B, T, T)
         hnorm, enorm, eh, block, ints, norm = self.mtp[depth - 1]
         c = self.cache
         h_ND, out = self.ops.mtp(hidden_BTD.reshape(B * T, self.D).contiguous(), ids_BT.reshape(-1), slots_B, start_B,
-                                 self.model.embed_tokens.weight.detach(), hnorm, enorm, eh, block, ints, c.k, c.v,
+                                 self.embed, hnorm, enorm, eh, block, ints, c.k, c.v,
                                  self.cos_LC, self.sin_LC, norm, self.head, self.V, self.H, self.eps, logits)
         return (out if logits else None), h_ND.view(B, T, self.D)
 
     def draft_greedy(self, hidden_BWD, next_BW, slots_B, k):
-        self._refresh()
         B, W = next_BW.shape
         slots_B, start_B = self._start(slots_B, W, W)
         c = self.cache
         return self.ops.draft_greedy(hidden_BWD.reshape(B * W, self.D).contiguous(), next_BW.contiguous(), slots_B,
-                                     start_B, self.model.embed_tokens.weight.detach(), self.mtp_flat, self.mtp_ints,
+                                     start_B, self.embed, self.mtp_flat, self.mtp_ints,
                                      c.k, c.v, self.cos_LC, self.sin_LC, self.head, self.V, self.H, self.eps, k)
 
     def spec_greedy(self, ids_BJ, slots_B, recent_BW, hist_SWD, want_experts=False) -> SpecStep:
-        self._refresh()
         B, J = ids_BJ.shape
         self._start(slots_B, J, 0)
         c = self.cache
         target, lp, n, drafts, routed_NYK = self.ops.spec_greedy(
             ids_BJ.contiguous(), slots_B.to(torch.int64).contiguous(), c.lengths, recent_BW.contiguous(), hist_SWD,
-            self.model.embed_tokens.weight.detach(), self.blocks, self.ints, self.mtp_flat, self.mtp_ints, c.k, c.v,
-            self.cos_LC, self.sin_LC, self.model.norm.weight.detach(), self.head, self.V, self.H, self.eps)
+            self.embed, self.blocks, self.ints, self.mtp_flat, self.mtp_ints, c.k, c.v,
+            self.cos_LC, self.sin_LC, self.norm_w, self.head, self.V, self.H, self.eps)
         routed = None
         if want_experts:
             routed = routed_NYK.view(B, J, routed_NYK.shape[1], -1).to(torch.int32) if routed_NYK.numel() else \

@@ -72,7 +72,7 @@ def test_native_mtp_step_equals_the_models():
 
 
 @needs_native
-def test_native_pass_follows_in_place_weight_updates():
+def test_native_pass_follows_weight_updates_after_refresh():
     model = tiny_model()
     cache = KVCache(model.config, max_slots=4, max_len=16)
     fwd = NativeForward(model, cache)
@@ -84,6 +84,7 @@ def test_native_pass_follows_in_place_weight_updates():
         model.layers[0].self_attn.k_norm.weight.mul_(3.0)
         moe.experts.down_proj.mul_(-2.0)
         model.lm_head.weight.mul_(0.5)
+    fwd.refresh()  # what Engine.update_weights does after copying
     with torch.inference_mode():
         after = fwd(ids_BT, slots_B).logits
         want = model(ids_BT, cache, slots_B).logits

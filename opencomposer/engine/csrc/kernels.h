@@ -336,29 +336,48 @@ std::tuple<at::Tensor, at::Tensor> moe(const at::Tensor& x, const c10::optional<
   const int64_t ldh = h.stride(0);
   float* xgp = xg.data_ptr<float>();
   for (int64_t j = 0; j < N * K; ++j) std::memcpy(xgp + j * D, hp + tok[j] * ldh, D * sizeof(float));
-  at::Tensor out = res.contiguous().clone();
-  float* op = out.data_ptr<float>();
+  // Each (token, expert) pair's output in its own row of y, so that experts can run on
+  // different threads; then out = residual + the K rows of each token, in expert order.
+  at::Tensor y = at::empty({N * K, D}, h.options());
+  float* yp = y.data_ptr<float>();
   float* ap = act.data_ptr<float>();
   const float* gup = gu_p.data_ptr<float>();
   const float* dnp = dn_p.data_ptr<float>();
-  for (int64_t e = 0; e < E; ++e) {
+  auto expert = [&](int64_t e) {
     const int64_t j0 = count[e], n = count[e + 1] - j0;
-    if (n == 0) continue;
+    if (n == 0) return;
     swiglu_into(xgp + j0 * D, D, n, gup + e * nPf * D * PW, D, F8, ap + j0 * F8, F8, w_sorted.data() + j0);
-    const int64_t* te = tok.data() + j0;
     auto epi = [&](int64_t m, int64_t p, v8 a0, v8 a1) {
-      float* o = op + te[m] * D + p * PW;
+      float* o = yp + (j0 + m) * D + p * PW;
       if (p * PW + PW <= D) {
-        store(o, load(o) + a0);
-        store(o + 8, load(o + 8) + a1);
+        store(o, a0);
+        store(o + 8, a1);
       } else {
         float t[PW];
         store(t, a0);
         store(t + 8, a1);
-        for (int64_t c = 0; c < D - p * PW; ++c) o[c] += t[c];
+        for (int64_t c = 0; c < D - p * PW; ++c) o[c] = t[c];
       }
     };
     gemm(ap + j0 * F8, F8, n, dnp + e * nPd * F8 * PW, F8, nPd, epi);
+  };
+  int64_t used = 0;
+  for (int64_t e = 0; e < E; ++e) used += count[e + 1] > count[e];
+  if (at::get_num_threads() > 1 && used >= at::get_num_threads()) {
+    at::parallel_for(0, E, 1, [&](int64_t e0, int64_t e1) {  // whole experts per thread
+      for (int64_t e = e0; e < e1; ++e) expert(e);
+    });
+  } else {
+    for (int64_t e = 0; e < E; ++e) expert(e);  // threads split each product's panels
+  }
+  at::Tensor out = res.contiguous().clone();
+  float* op = out.data_ptr<float>();
+  for (int64_t j = 0; j < N * K; ++j) {
+    float* o = op + tok[j] * D;
+    const float* yr = yp + j * D;
+    int64_t c = 0;
+    for (; c + 8 <= D; c += 8) store(o + c, load(o + c) + load(yr + c));
+    for (; c < D; ++c) o[c] += yr[c];
   }
   return {out, idx};
 }
