@@ -115,17 +115,31 @@ class TransformersRunner:
 
 
 class EngineRunner:
-    def __init__(self, engine: Engine, new_tokens: int):
-        self.engine, self.new_tokens = engine, new_tokens
+    """One engine at one sampling setting; also records, per batch size, the decode steps'
+    durations, the decode phase's tokens and seconds per call (tokens after each request's
+    first, which prefill samples), and the drafts accepted and proposed."""
+
+    def __init__(self, engine: Engine, new_tokens: int, stop: tuple[int, ...] = ()):
+        self.engine, self.new_tokens, self.stop = engine, new_tokens, list(stop)
         self.step_s: dict[int, list[float]] = {}
+        self.decode: dict[int, list[tuple[int, float]]] = {}
+        self.accepted = self.proposed = 0
 
     def __call__(self, prompts: list[list[int]]) -> list[list[int]]:
-        st = self.engine.stats
+        st, B = self.engine.stats, len(prompts)
         st.recent_steps.clear()
-        results = self.engine.generate_batch(
-            [GenerationRequest(p, SamplingParams(temperature=0, max_new_tokens=self.new_tokens)) for p in prompts])
-        self.step_s.setdefault(len(prompts), []).extend(dt for rows, dt in st.recent_steps if rows == len(prompts))
+        before = (st.generated_tokens, st.decode_s, st.spec_accepted, st.spec_proposed)
+        sp = SamplingParams(temperature=0, max_new_tokens=self.new_tokens, stop_token_ids=self.stop)
+        results = self.engine.generate_batch([GenerationRequest(p, sp) for p in prompts])
+        self.step_s.setdefault(B, []).extend(dt for rows, dt in st.recent_steps if rows == B)
+        self.decode.setdefault(B, []).append((st.generated_tokens - before[0] - B, st.decode_s - before[1]))
+        self.accepted += st.spec_accepted - before[2]
+        self.proposed += st.spec_proposed - before[3]
         return [r.output_ids for r in results]
+
+    def decode_tps(self, B: int) -> float:
+        """Median over calls of decode-phase tokens / decode-phase seconds."""
+        return statistics.median(n / s for n, s in self.decode[B] if s > 0)
 
 
 def interleaved(runners: dict, batches: dict[int, list[list[int]]], repeats: int, new_tokens: int):
@@ -144,7 +158,8 @@ def interleaved(runners: dict, batches: dict[int, list[list[int]]], repeats: int
                 t0 = time.perf_counter()
                 outputs[name, B] = run(prompts)
                 times.setdefault((name, B), []).append(time.perf_counter() - t0)
-    tps = {key: len(batches[key[1]]) * new_tokens / statistics.median(ts) for key, ts in times.items()}
+    # generated tokens (every request's, stop tokens included) / median wall time of the call
+    tps = {key: sum(map(len, outputs[key])) / statistics.median(ts) for key, ts in times.items()}
     bw = statistics.median(r[0] for r in rates)
     mm = statistics.median(r[1] for r in rates)
     return tps, outputs, bw, mm
@@ -251,6 +266,14 @@ def main() -> None:
     if spec_depth:
         runners["spec"] = EngineRunner(Engine(copy.deepcopy(model), max_slots=args.batch, max_len=max_len,
                                               speculative_depth=spec_depth), args.new_tokens)
+    if args.prompts and "spec" in runners:
+        # Agent turns: both stop where the policy ends its turn, as in the agent loop.
+        from opencomposer.harness.chat import stop_token_ids
+        from opencomposer.model.tokenizer import Tokenizer
+
+        stop = tuple(stop_token_ids(Tokenizer.load(args.model)))
+        runners["engine_turns"] = EngineRunner(runners["engine"].engine, args.new_tokens, stop)
+        runners["spec_turns"] = EngineRunner(runners["spec"].engine, args.new_tokens, stop)
     tmp = tempfile.TemporaryDirectory()
     if not args.skip_transformers:
         save_pretrained(model, tmp.name)
@@ -281,15 +304,21 @@ def main() -> None:
                limit_step_ms=1e3 * limit_s, limit_bound="bandwidth" if nbytes / bw >= flops / mm_rate else "compute",
                fraction_of_limit=1e3 * limit_s / out[f"engine_step_ms_b{args.batch}"])
 
-    if "spec" in runners:
-        st = runners["spec"].engine.stats
+    for spec, plain, tag in (("spec", "engine", "spec"), ("spec_turns", "engine_turns", "turns_spec")):
+        if spec not in runners:
+            continue
+        r = runners[spec]
         out["spec_depth"] = spec_depth
-        out["spec_acceptance"] = st.spec_accepted / max(st.spec_proposed, 1)
-        out["spec_tokens_per_step"] = 1 + spec_depth * out["spec_acceptance"]
+        out[f"{tag}_acceptance"] = r.accepted / max(r.proposed, 1)
+        out[f"{tag}_tokens_per_step"] = 1 + spec_depth * out[f"{tag}_acceptance"]
         for B in batches:
-            out[f"spec_tps_b{B}"] = tps["spec", B]
-            out[f"spec_ratio_b{B}"] = tps["spec", B] / tps["engine", B]
-            out[f"spec_same_as_plain_b{B}"] = outputs["spec", B] == outputs["engine", B]
+            out[f"{tag}_tps_b{B}"] = tps[spec, B]
+            out[f"{tag}_ratio_b{B}"] = tps[spec, B] / tps[plain, B]
+            out[f"{tag}_decode_ratio_b{B}"] = r.decode_tps(B) / runners[plain].decode_tps(B)
+            out[f"{tag}_same_as_plain_b{B}"] = outputs[spec, B] == outputs[plain, B]
+            if tag == "turns_spec":
+                out[f"turns_plain_tps_b{B}"] = tps[plain, B]
+                out[f"turns_mean_new_tokens_b{B}"] = statistics.mean(map(len, outputs[plain, B]))
     for run in runners.values():
         if isinstance(run, EngineRunner):
             run.engine.stop()
@@ -315,12 +344,18 @@ def main() -> None:
           f"({out['limit_bound']}-bound: {nbytes / 1e6:.1f} MB, {flops / 1e6:.0f} MFLOP; experts used per layer "
           f"{used}) -> {100 * out['fraction_of_limit']:.0f}% of the limit")
     print(f"event loop lag while decoding: median {lag_med:.2f} ms, max {lag_max:.1f} ms")
-    if "spec_depth" in out:
-        print(f"MTP speculative (depth {out['spec_depth']}): acceptance {out['spec_acceptance']:.2f}, "
-              f"{out['spec_tokens_per_step']:.2f} tokens per verify step")
+    for tag, what in (("spec", f"{args.new_tokens} new tokens"), ("turns_spec", "agent turns (stop at the turn's end)")):
+        if f"{tag}_acceptance" not in out:
+            continue
+        print(f"MTP speculative (depth {out['spec_depth']}), {what}: acceptance {out[f'{tag}_acceptance']:.2f}, "
+              f"{out[f'{tag}_tokens_per_step']:.2f} tokens per verify step")
         for b in (1, B):
-            print(f"batch {b:>2}: speculative {out[f'spec_tps_b{b}']:8.0f} tok/s, x{out[f'spec_ratio_b{b}']:.2f} "
-                  f"of plain, same output as plain: {out[f'spec_same_as_plain_b{b}']}")
+            line = f"batch {b:>2}: speculative {out[f'{tag}_tps_b{b}']:8.0f} tok/s"
+            if tag == "turns_spec":
+                line += (f" (plain {out[f'turns_plain_tps_b{b}']:.0f}; "
+                         f"{out[f'turns_mean_new_tokens_b{b}']:.0f} new tokens per turn on average)")
+            print(line + f", x{out[f'{tag}_ratio_b{b}']:.2f} of plain (decode phase alone "
+                  f"x{out[f'{tag}_decode_ratio_b{b}']:.2f}), same output as plain: {out[f'{tag}_same_as_plain_b{b}']}")
 
 
 if __name__ == "__main__":

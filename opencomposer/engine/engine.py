@@ -165,8 +165,11 @@ class Engine:
         if self.prepacked and not self.native:
             kernels.prepack(self.model)
         self.prepacked = self.prepacked and not self.native
+        # [S, k, W, D]: per slot, depth d's hiddens at the W newest positions (d = 0: the main
+        # model's; MTP depth d's for d >= 1, which the greedy fast path recomputes only in part)
         W = speculative.window(speculative_depth)
-        self._hist_SWD = torch.zeros(max_slots, W, cfg.hidden_size, dtype=self.dtype, device=device)
+        self._windows = torch.zeros(max_slots, max(speculative_depth, 1), W, cfg.hidden_size, dtype=self.dtype,
+                                    device=device)
         self.policy_version = 0
         self._free = list(range(max_slots))     # kept sorted: low slots first keeps batches contiguous
         self._running: list[_Seq] = []
@@ -430,7 +433,7 @@ class Engine:
         want = any(s.wants_experts for s in group)
         out = self._fwd(prompt_RP, rep_slots_R, logits="last", want_experts=want)
         self.cache.advance(rep_slots_R, P)
-        W = self._hist_SWD.shape[1]
+        W = self._windows.shape[2]
         if self.k:
             upto = P - min(P, W)
             speculative.prefill_mtp(self._fwd.mtp_step, self.cache, rep_slots_R, out.hidden, prompt_RP, self.k, upto)
@@ -451,7 +454,7 @@ class Engine:
         if self.k:
             m = min(P, W)
             slots_B = torch.tensor([s.slot for s in group])
-            self._hist_SWD[slots_B, W - m:] = out.hidden[idx_B, P - m:]
+            self._windows[slots_B, 0, W - m:] = out.hidden[idx_B, P - m:]
             self._draft([s for s in group if s.finish is None])
 
     def _decode_step(self, seqs: list[_Seq]) -> None:
@@ -467,7 +470,7 @@ class Engine:
 
     def _spec_step(self, seqs: list[_Seq]) -> None:
         """Verify every row's k drafts in one [B, k+1] forward, accept, then draft again."""
-        W = self._hist_SWD.shape[1]
+        W = self._windows.shape[2]
         if all(s.greedy and not s.processed and len(s.tokens) >= W for s in seqs):
             return self._spec_step_greedy(seqs)
         k, B = self.k, len(seqs)
@@ -500,7 +503,7 @@ class Engine:
             plps = p_BJV.gather(-1, out_BJ[..., None]).squeeze(-1).log().tolist()
             lps = [plps[b] if s.processed else lps[b] for b, s in enumerate(seqs)]
         self.cache.advance(slots_B, n_B + 1)
-        self._hist_SWD[slots_B] = speculative.shift_hidden(self._hist_SWD[slots_B], out.hidden, n_B)
+        self._windows[slots_B, 0] = speculative.shift_hidden(self._windows[slots_B, 0], out.hidden, n_B)
         experts = out.routed_experts.numpy() if want else None
         n, toks = n_B.tolist(), out_BJ.tolist()
         for b, s in enumerate(seqs):
@@ -516,11 +519,11 @@ class Engine:
     def _spec_step_greedy(self, seqs: list[_Seq]) -> None:
         """_spec_step for greedy rows whose windows are full: the whole step in one call of the
         forward backend (Forward.spec_greedy: the C++ kernels do verify, accept and draft)."""
-        k, W = self.k, self._hist_SWD.shape[1]
+        k, W = self.k, self._windows.shape[2]
         want = any(s.wants_experts for s in seqs)
         r = self._fwd.spec_greedy(torch.tensor([[s.tokens[-1]] + s.drafts for s in seqs]),
                                   torch.tensor([s.slot for s in seqs]), torch.tensor([s.tokens[-W:] for s in seqs]),
-                                  self._hist_SWD, want)
+                                  self._windows, want)
         n, toks, lps, drafts = r.accepted.tolist(), r.tokens.tolist(), r.logprobs.tolist(), r.drafts.tolist()
         experts = r.routed_experts.numpy() if want else None
         for b, s in enumerate(seqs):
@@ -533,28 +536,29 @@ class Engine:
             s.drafts, s.q_kV = drafts[b], None
 
     def _draft(self, seqs: list[_Seq]) -> None:
-        """Draft k tokens for each sequence (speculative.draft), in groups of one window size."""
-        W = self._hist_SWD.shape[1]
+        """Draft k tokens for each sequence (speculative.draft), in groups of one window size;
+        every depth's hiddens over the window are kept for the greedy fast path."""
+        W = self._windows.shape[2]
         groups: dict[int, list[_Seq]] = {}
         for s in seqs:
             groups.setdefault(min(W, len(s.tokens) - 1), []).append(s)
         for T, group in groups.items():
             slots_B = torch.tensor([s.slot for s in group])
             next_BT = torch.tensor([s.tokens[-T:] for s in group])
-            hidden_BTD = self._hist_SWD[slots_B, W - T:]
+            hidden_BTD = self._windows[slots_B, 0, W - T:]
             greedy = all(s.greedy for s in group)
-            if greedy:  # drafting without distributions: every depth in one call
-                for s, d in zip(group, self._fwd.draft_greedy(hidden_BTD, next_BT, slots_B, self.k).tolist()):
-                    s.drafts, s.q_kV = d, None
-                continue
 
             def sampler(logits_BV: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+                if greedy:
+                    return logits_BV.argmax(-1), None
                 q_BV = self._probs(logits_BV, group)
                 u_B = torch.tensor([0.5 if s.greedy else s.rng.random() for s in group], dtype=torch.float64)
                 return sample(q_BV, u_B), q_BV
 
-            drafts_Bk, q_BkV = speculative.draft(self._fwd.mtp_step, self.cache, slots_B, hidden_BTD, next_BT,
-                                                 self.k, sampler)
+            drafts_Bk, q_BkV, hs = speculative.draft(self._fwd.mtp_step, self.cache, slots_B, hidden_BTD, next_BT,
+                                                     self.k, sampler)
+            for d, h_BTD in enumerate(hs[:-1], start=1):
+                self._windows[slots_B, d, W - T:] = h_BTD
             for b, (s, d) in enumerate(zip(group, drafts_Bk.tolist())):
                 s.drafts, s.q_kV = d, (None if q_BkV is None else q_BkV[b])
 

@@ -65,22 +65,17 @@ class Forward(Protocol):
                  logits: bool = True) -> tuple[torch.Tensor | None, torch.Tensor]:
         """Transformer.mtp_step's contract, but only the last position's logits [B, V] (or None)."""
 
-    def draft_greedy(self, hidden_BWD: torch.Tensor, next_BW: torch.Tensor, slots_B: torch.Tensor,
-                     k: int) -> torch.Tensor:
-        """speculative.draft with argmax drafts: k tokens int64 [B, k] from each row's window of
-        main hiddens [B, W, D] and next tokens [B, W]."""
-
     def refresh(self) -> None:
         """The model's weights were changed in place (Engine.update_weights): rebuild anything
         derived from them."""
 
     def spec_greedy(self, ids_BJ: torch.Tensor, slots_B: torch.Tensor, recent_BW: torch.Tensor,
-                    hist_SWD: torch.Tensor, want_experts: bool = False) -> SpecStep:
+                    windows_SkWD: torch.Tensor, want_experts: bool = False) -> SpecStep:
         """A whole greedy speculative step: verify ids_BJ = [pending token, k drafts] per row,
-        accept (speculative.accept_greedy), advance the cache by n+1, shift each slot's window
-        of main hiddens hist_SWD[slot] (in place) and of tokens (recent_BW: the row's last W
-        tokens, pending last) over the new positions, and draft k tokens from them. Needs every
-        row's cache to hold at least W - 1 positions."""
+        accept (speculative.accept_greedy), advance the cache by n+1, and draft k tokens.
+        windows_SkWD[slot, d] holds depth d's hiddens (d = 0: the main model's) at the W newest
+        positions and moves on in place; recent_BW holds the row's last W tokens (the pending
+        one last). Needs every row's cache to hold at least W - 1 positions."""
 
 
 def make_forward(model: Transformer, cache: KVCache, packed: bool) -> Forward:
@@ -121,21 +116,21 @@ class TorchForward:
     def refresh(self) -> None:
         pass  # kernels.Derived and PackedLinear follow the weights' version counters themselves
 
-    def spec_greedy(self, ids_BJ, slots_B, recent_BW, hist_SWD, want_experts=False) -> SpecStep:
+    def spec_greedy(self, ids_BJ, slots_B, recent_BW, windows_SkWD, want_experts=False) -> SpecStep:
         B, J = ids_BJ.shape
         out = self(ids_BJ, slots_B, logits="all", want_experts=want_experts)
         target_N, lp_N = greedy(out.logits.flatten(0, 1))
         target_BJ = target_N.view(B, J)
         n_B, _ = speculative.accept_greedy(target_BJ, ids_BJ[:, 1:])
         self.cache.advance(slots_B, n_B + 1)
-        hist_SWD[slots_B] = speculative.shift_hidden(hist_SWD[slots_B], out.hidden, n_B)
+        windows_SkWD[slots_B, 0] = speculative.shift_hidden(windows_SkWD[slots_B, 0], out.hidden, n_B)
         next_BW = speculative.shift_hidden(recent_BW, target_BJ, n_B)
-        drafts_Bk = self.draft_greedy(hist_SWD[slots_B], next_BW, slots_B, J - 1)
+        # the reference: every depth over the whole window
+        drafts_Bk, _, hs = speculative.draft(self.mtp_step, self.cache, slots_B, windows_SkWD[slots_B, 0], next_BW,
+                                             J - 1, lambda logits_BV: (logits_BV.argmax(-1), None))
+        for d, h_BWD in enumerate(hs[:-1], start=1):
+            windows_SkWD[slots_B, d] = h_BWD
         return SpecStep(target_BJ, lp_N.view(B, J), n_B, drafts_Bk, out.routed_experts)
-
-    def draft_greedy(self, hidden_BWD, next_BW, slots_B, k):
-        return speculative.draft(self.mtp_step, self.cache, slots_B, hidden_BWD, next_BW, k,
-                                 lambda logits_BV: (logits_BV.argmax(-1), None))[0]
 
 
 _NONE = torch.empty(0)  # "no such tensor" in the C++ ops' block lists
@@ -239,20 +234,12 @@ class NativeForward:
                                  self.cos_LC, self.sin_LC, norm, self.head, self.V, self.H, self.eps, logits)
         return (out if logits else None), h_ND.view(B, T, self.D)
 
-    def draft_greedy(self, hidden_BWD, next_BW, slots_B, k):
-        B, W = next_BW.shape
-        slots_B, start_B = self._start(slots_B, W, W)
-        c = self.cache
-        return self.ops.draft_greedy(hidden_BWD.reshape(B * W, self.D).contiguous(), next_BW.contiguous(), slots_B,
-                                     start_B, self.embed, self.mtp_flat, self.mtp_ints,
-                                     c.k, c.v, self.cos_LC, self.sin_LC, self.head, self.V, self.H, self.eps, k)
-
-    def spec_greedy(self, ids_BJ, slots_B, recent_BW, hist_SWD, want_experts=False) -> SpecStep:
+    def spec_greedy(self, ids_BJ, slots_B, recent_BW, windows_SkWD, want_experts=False) -> SpecStep:
         B, J = ids_BJ.shape
         self._start(slots_B, J, 0)
         c = self.cache
         target, lp, n, drafts, routed_NYK = self.ops.spec_greedy(
-            ids_BJ.contiguous(), slots_B.to(torch.int64).contiguous(), c.lengths, recent_BW.contiguous(), hist_SWD,
+            ids_BJ.contiguous(), slots_B.to(torch.int64).contiguous(), c.lengths, recent_BW.contiguous(), windows_SkWD,
             self.embed, self.blocks, self.ints, self.mtp_flat, self.mtp_ints, c.k, c.v,
             self.cos_LC, self.sin_LC, self.norm_w, self.head, self.V, self.H, self.eps)
         routed = None

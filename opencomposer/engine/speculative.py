@@ -30,7 +30,10 @@ W keeps one T for the whole batch; only a sequence shorter than W gets its own, 
 The functions here are the reference of the step. For all-greedy batches the engine runs the
 whole step as one call of its forward backend (forward.Forward.spec_greedy; on the CPU one C++
 op doing verify, acceptance, the window shifts and all k drafting depths), so that a step at
-batch 1 costs its arithmetic and not ~20 Python-level tensor operations.
+batch 1 costs its arithmetic and not ~20 Python-level tensor operations. That op also keeps
+each depth's hiddens over the window, so that depth d recomputes only its max(d, n+1) newest
+entries (those that read a rejected draft, and the new positions) instead of all W: with
+greedy drafts an accepted draft *is* the real token, so the other entries are already exact.
 
 Left out: drafting deeper than the number of MTP modules (chaining the last module EAGLE-style),
 and tree drafts (several candidates per depth).
@@ -60,20 +63,23 @@ def window(k: int) -> int:
 
 
 def draft(mtp_step: MtpStep, cache: KVCache, slots_B: torch.Tensor, hidden_BTD: torch.Tensor,
-          next_BT: torch.Tensor, k: int, sampler: DraftSampler) -> tuple[torch.Tensor, torch.Tensor | None]:
+          next_BT: torch.Tensor, k: int,
+          sampler: DraftSampler) -> tuple[torch.Tensor, torch.Tensor | None, list[torch.Tensor]]:
     """Draft k tokens per row. The window is the last T positions i = L-T..L-1 of each slot
     (L = cache.lengths[slot]); hidden_BTD holds their main hiddens h_i and next_BT the tokens
-    t_{i+1} (so next_BT[:, -1] is the pending token t_L). Returns drafts int64 [B, k] and the
-    stacked q [B, k, V] (None when the sampler returns None)."""
+    t_{i+1} (so next_BT[:, -1] is the pending token t_L). Returns drafts int64 [B, k], the
+    stacked q [B, k, V] (None when the sampler returns None) and each depth's hiddens over the
+    window [B, T, D] (the engine keeps them: see forward.Forward.spec_greedy)."""
     T = next_BT.shape[1]
     ext_BX = next_BT  # t_{L-T+1} .., then the drafts as they come
-    h_BTD, qs = hidden_BTD, []
+    h_BTD, qs, hs = hidden_BTD, [], []
     for d in range(1, k + 1):
         logits_BV, h_BTD = mtp_step(d, h_BTD, ext_BX[:, d - 1:d - 1 + T], slots_B)
         tok_B, q_BV = sampler(logits_BV)
         ext_BX = torch.cat([ext_BX, tok_B[:, None]], dim=1)
         qs.append(q_BV)
-    return ext_BX[:, T:], (None if qs[0] is None else torch.stack(qs, dim=1))
+        hs.append(h_BTD)
+    return ext_BX[:, T:], (None if qs[0] is None else torch.stack(qs, dim=1)), hs
 
 
 def prefill_mtp(mtp_step: MtpStep, cache: KVCache, slots_B: torch.Tensor, hidden_BPD: torch.Tensor,

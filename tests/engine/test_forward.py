@@ -23,7 +23,8 @@ def _fill(model, cache, slots, lengths, seed):
     g = torch.Generator().manual_seed(seed)
     for s, n in zip(slots, lengths):
         ids = torch.randint(0, model.config.vocab_size, (1, n), generator=g)
-        model(ids, cache, torch.tensor([s]))
+        with torch.no_grad():
+            model(ids, cache, torch.tensor([s]))
         cache.advance([s], n)
 
 
@@ -172,33 +173,45 @@ def test_kernels_greedy_sampling_equals_argmax_and_token_logprobs():
 
 
 @needs_native
-@pytest.mark.parametrize("k", [1, 2])
+@pytest.mark.parametrize("k", [1, 2, 3])
 def test_native_greedy_speculative_step_equals_the_torch_one(k):
-    """verify + accept + cache advance + window shifts + drafting: same tokens, state and drafts."""
+    """verify + accept + cache advance + window shifts + drafting: same tokens, state and drafts
+    (the native op recomputes only the MTP entries that read a rejected draft; the reference
+    recomputes every depth's whole window)."""
     from engine_util import draftable_model
 
-    model = draftable_model()
+    from opencomposer.engine import speculative
+
+    model = draftable_model(num_mtp_modules=3)
     W, slots = 2 * k, [3, 0, 1]
     g = torch.Generator().manual_seed(7)
     ids_BJ = torch.randint(0, model.config.vocab_size, (3, k + 1), generator=g)
     recent_BW = torch.randint(0, model.config.vocab_size, (3, W), generator=g)
-    hist = torch.randn(4, W, model.config.hidden_size, generator=g)
     cache = KVCache(model.config, max_slots=4, max_len=40)
     _fill(model, cache, slots, [9, 6, 12], seed=8)
-    with torch.inference_mode():  # drafts that the target accepts: all of row 0's, the first of row 1's
-        for j in range(k):
-            target_BJ = model(ids_BJ, cache, torch.tensor(slots)).logits.argmax(-1)
+    windows = torch.zeros(4, k, W, model.config.hidden_size)
+    windows[:, 0] = torch.randn(4, W, model.config.hidden_size, generator=g)
+    slots_B = torch.tensor(slots)
+    ids_BJ[:, 0] = recent_BW[:, -1]  # the pending token
+    with torch.inference_mode():
+        for j in range(k):  # drafts that the target accepts: all of row 0's, the first of row 1's
+            target_BJ = model(ids_BJ, copy.deepcopy(cache), slots_B).logits.argmax(-1)
             ids_BJ[0, j + 1] = target_BJ[0, j]
             ids_BJ[1, 1] = target_BJ[1, 0]
+        # The state the drafting of these drafts leaves: MTP caches and every depth's window.
+        depth = iter(range(k))
+        _, _, hs = speculative.draft(TorchForward(model, cache, packed=False).mtp_step, cache, slots_B,
+                                     windows[slots_B, 0], recent_BW, k, lambda lg: (ids_BJ[:, 1 + next(depth)], None))
+        for d, h in enumerate(hs[:-1], start=1):
+            windows[slots_B, d] = h
     results = []
     for make in (TorchForward, NativeForward):
-        cache = KVCache(model.config, max_slots=4, max_len=40)
-        _fill(model, cache, slots, [9, 6, 12], seed=8)
-        fwd = make(model, cache, packed=False) if make is TorchForward else make(model, cache)
-        h = hist.clone()
+        c = copy.deepcopy(cache)
+        fwd = make(model, c, packed=False) if make is TorchForward else make(model, c)
+        w = windows.clone()
         with torch.inference_mode():
-            r = fwd.spec_greedy(ids_BJ, torch.tensor(slots), recent_BW, h, want_experts=True)
-        results.append((r, h, cache.lengths.clone()))
+            r = fwd.spec_greedy(ids_BJ, slots_B, recent_BW, w, want_experts=True)
+        results.append((r, w, c.lengths.clone()))
     (a, ha, la), (b, hb, lb) = results
     assert a.accepted[0] == k and a.accepted[1] >= 1
     assert (a.accepted == b.accepted).all() and (a.tokens == b.tokens).all() and (la == lb).all()

@@ -11,10 +11,8 @@
 //       block_ints, k_cache, v_cache, cos, sin, norm_w, head_packed, V, H, eps, logits)
 //       -> (hidden [N, D], logits of each row's last token [B, V] or an empty tensor)
 //       One DeepSeek-V3 MTP depth: norm(block(eh_proj([hnorm(h); enorm(emb(t))]))).
-//   draft_greedy(hidden [B*W, D], next [B, W], slots, start, embed, mtp_blocks, mtp_ints, k_cache,
-//       v_cache, cos, sin, head_packed, V, H, eps, k) -> drafts [B, k]: k MTP depths chained,
-//       each drafting its argmax (greedy speculative decoding's whole drafting step).
-//   spec_greedy(...): a whole greedy speculative step, verify + accept + draft (see below).
+//   spec_greedy(...): a whole greedy speculative step: verify, accept, and draft with only the
+//       MTP positions that changed (see below).
 //
 // A block is kBlockTensors tensors (an empty tensor where there is none) and kBlockInts ints,
 // in the order of `Block` below; NativeForward (forward.py) builds both lists.
@@ -120,47 +118,29 @@ std::tuple<at::Tensor, at::Tensor> mtp(const at::Tensor& hidden, const at::Tenso
   return {h, logits ? head_logits(h, head, V, slots.size(0), false) : at::empty({0}, h.options())};
 }
 
-// Greedy drafting: depths 1..k chained on each row's window of the W newest positions (see
-// speculative.draft): depth d reads the window's hiddens from depth d-1 and the tokens
-// ext[d-1 .. d-1+W) of ext = next ++ drafts, and drafts the argmax of its last position.
-// mtp_blocks holds, per depth, hnorm, enorm, eh_proj (packed), the block's tensors and the
-// output norm; mtp_ints the block ints. Returns drafts [B, k] int64.
-at::Tensor draft_greedy(const at::Tensor& hidden, const at::Tensor& next, const at::Tensor& slots,
-                        const at::Tensor& start, const at::Tensor& embed, at::TensorList mtp_blocks,
-                        at::IntArrayRef mtp_ints, at::Tensor k_cache, at::Tensor v_cache, const at::Tensor& cos,
-                        const at::Tensor& sin, const at::Tensor& head, int64_t V, int64_t H, double eps, int64_t k) {
-  const int64_t per = kBlockTensors + 4, B = next.size(0), W = next.size(1);
-  TORCH_CHECK((int64_t)mtp_blocks.size() >= k * per && (int64_t)mtp_ints.size() >= k * kBlockInts,
-              "opencomposer.draft_greedy: fewer MTP modules than depths");
-  at::Tensor ext = at::empty({B, W + k}, next.options());
-  ext.narrow(1, 0, W).copy_(next);
-  at::Tensor h = hidden;
-  for (int64_t d = 0; d < k; ++d) {
-    at::TensorList t = mtp_blocks.slice(d * per, per);
-    at::Tensor ids = ext.narrow(1, d, W).contiguous().view({-1});
-    at::Tensor logits;
-    std::tie(h, logits) = mtp(h, ids, slots, start, embed, t[0], t[1], t[2], t.slice(3, kBlockTensors),
-                              mtp_ints.slice(d * kBlockInts, kBlockInts), k_cache, v_cache, cos, sin,
-                              t[3 + kBlockTensors], head, V, H, eps, true);
-    ext.select(1, W + d).copy_(std::get<0>(argmax_logprob(logits)));
-  }
-  return ext.narrow(1, W, k).contiguous();
-}
-
-// One greedy speculative step (forward.Forward.spec_greedy): verify the J = k+1 tokens
-// [pending, k drafts] of each row, accept the drafts that equal the target argmax, advance the
-// slots' lengths by n+1, shift the rows' windows of main hiddens (hist [S, W, D]) and of tokens
-// (recent [B, W]: the last W tokens, the pending one last) over the n+1 new positions, and draft
-// the next k tokens. Returns (target argmax [B, J], its logprobs [B, J], n [B], drafts [B, k],
+// One greedy speculative step (forward.Forward.spec_greedy). Verify the J = k+1 tokens
+// [pending, k drafts] of each row, accept the n drafts that equal the target argmax, advance
+// the slots' lengths to L' = L + n + 1, and draft the next k tokens with the MTP depths.
+//
+// windows [S, k, W, D] holds, per slot and depth d (0: the main model's final hiddens, d >= 1:
+// MTP depth d's outputs), the hiddens of the W newest positions; recent [B, W] the row's last W
+// tokens (the pending one last). Depth d's entry at position i read token t_{i+d}, a draft when
+// i + d > L: after n accepted drafts the entries i <= L + n - d are still exact, so depth d
+// recomputes only its T_d = max(d, n+1) newest positions (the largest T_d of the batch for
+// every row: recomputing an exact entry rewrites the same values), reading depth d-1's window
+// for their inputs. Returns (target argmax [B, J], its logprobs [B, J], n [B], drafts [B, k],
 // experts [B*J, Y, K]); row b emits target[b, 0..n].
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> spec_greedy(
-    const at::Tensor& ids, const at::Tensor& slots, at::Tensor lengths, const at::Tensor& recent, at::Tensor hist,
+    const at::Tensor& ids, const at::Tensor& slots, at::Tensor lengths, const at::Tensor& recent, at::Tensor windows,
     const at::Tensor& embed, at::TensorList blocks, at::IntArrayRef ints, at::TensorList mtp_blocks,
     at::IntArrayRef mtp_ints, at::Tensor k_cache, at::Tensor v_cache, const at::Tensor& cos, const at::Tensor& sin,
     const at::Tensor& norm_w, const at::Tensor& head, int64_t V, int64_t H, double eps) {
-  const int64_t B = ids.size(0), J = ids.size(1), k = J - 1, W = hist.size(1), D = hist.size(2);
-  TORCH_CHECK(recent.size(0) == B && recent.size(1) == W && hist.is_contiguous() && lengths.is_contiguous(),
-              "opencomposer.spec_greedy: recent must be [B, W] and hist [S, W, D]");
+  const int64_t B = ids.size(0), J = ids.size(1), k = J - 1;
+  const int64_t W = windows.size(2), D = windows.size(3), per = kBlockTensors + 4;
+  TORCH_CHECK(windows.dim() == 4 && windows.size(1) >= k && windows.is_contiguous() && recent.size(1) == W &&
+                  lengths.is_contiguous() && W >= k + 1,
+              "opencomposer.spec_greedy: windows must be [S, k, W >= k+1, D] and recent [B, W]");
+  TORCH_CHECK((int64_t)mtp_blocks.size() >= k * per, "opencomposer.spec_greedy: fewer MTP modules than depths");
   at::Tensor h, logits, experts;
   std::tie(h, logits, experts) = forward(ids.reshape({-1}), slots, lengths.index_select(0, slots), embed, blocks,
                                          ints, k_cache, v_cache, cos, sin, norm_w, head, V, H, eps, 2);
@@ -168,32 +148,55 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> spec_gree
   std::tie(target, lp) = argmax_logprob(logits);
   target = target.view({B, J});
   at::Tensor n = at::empty({B}, ids.options());
-  at::Tensor next = at::empty({B, W}, ids.options());
   const int64_t *ip = ids.data_ptr<int64_t>(), *tp = target.data_ptr<int64_t>(), *sl = slots.data_ptr<int64_t>();
   const int64_t* rp = recent.data_ptr<int64_t>();
-  int64_t *np = n.data_ptr<int64_t>(), *lp_len = lengths.data_ptr<int64_t>(), *xp = next.data_ptr<int64_t>();
-  const float* hp = h.data_ptr<float>();
-  float* hist_p = hist.data_ptr<float>();
-  std::vector<float> window((W + J) * D);
-  std::vector<int64_t> toks(W + J);
+  int64_t *np = n.data_ptr<int64_t>(), *len = lengths.data_ptr<int64_t>();
+  float* win = windows.data_ptr<float>();
+  const int64_t nw = windows.size(1);
+  auto window = [&](int64_t b, int64_t d) { return win + ((sl[b] * nw + d) * W) * D; };
+  // ext[b] = the W newest tokens t_{L'-W+1} .. t_{L'}, then the drafts as they come
+  std::vector<int64_t> ext(B * (W + k));
+  int64_t maxn = 0;
   for (int64_t b = 0; b < B; ++b) {
     int64_t a = 0;
     while (a < k && ip[b * J + a + 1] == tp[b * J + a]) ++a;
     np[b] = a;
-    lp_len[sl[b]] += a + 1;
-    // windows: the last W of (old window ++ the a+1 new positions)
-    float* hs = hist_p + sl[b] * W * D;
-    std::memcpy(window.data(), hs, W * D * sizeof(float));
-    std::memcpy(window.data() + W * D, hp + b * J * D, (a + 1) * D * sizeof(float));
-    std::memcpy(hs, window.data() + (a + 1) * D, W * D * sizeof(float));
-    std::memcpy(toks.data(), rp + b * W, W * sizeof(int64_t));
-    std::memcpy(toks.data() + W, tp + b * J, (a + 1) * sizeof(int64_t));
-    std::memcpy(xp + b * W, toks.data() + a + 1, W * sizeof(int64_t));
+    maxn = std::max(maxn, a);
+    len[sl[b]] += a + 1;
+    std::vector<int64_t> toks(rp + b * W, rp + (b + 1) * W);
+    toks.insert(toks.end(), tp + b * J, tp + b * J + a + 1);
+    std::copy(toks.end() - W, toks.end(), ext.begin() + b * (W + k));
+    // every depth's window moves on by a + 1 positions; the main one takes the verified hiddens
+    for (int64_t d = 0; d < k; ++d) {
+      float* w = window(b, d);
+      std::memmove(w, w + (a + 1) * D, (W - a - 1) * D * sizeof(float));
+    }
+    std::memcpy(window(b, 0) + (W - a - 1) * D, h.data_ptr<float>() + b * J * D, (a + 1) * D * sizeof(float));
   }
-  at::Tensor start = lengths.index_select(0, slots) - W;
-  at::Tensor hw = hist.index_select(0, slots).view({B * W, D});
-  at::Tensor drafts = draft_greedy(hw, next, slots, start, embed, mtp_blocks, mtp_ints, k_cache, v_cache, cos, sin,
-                                   head, V, H, eps, k);
+  at::Tensor drafts = at::empty({B, k}, ids.options());
+  int64_t* dp = drafts.data_ptr<int64_t>();
+  const at::Tensor new_len = lengths.index_select(0, slots);
+  for (int64_t d = 1; d <= k; ++d) {
+    const int64_t T = std::max(d, maxn + 1);
+    at::Tensor h_in = at::empty({B * T, D}, h.options());
+    at::Tensor tok = at::empty({B * T}, ids.options());
+    for (int64_t b = 0; b < B; ++b) {
+      std::memcpy(h_in.data_ptr<float>() + b * T * D, window(b, d - 1) + (W - T) * D, T * D * sizeof(float));
+      for (int64_t j = 0; j < T; ++j) tok.data_ptr<int64_t>()[b * T + j] = ext[b * (W + k) + W - T + j + d - 1];
+    }
+    at::TensorList t = mtp_blocks.slice((d - 1) * per, per);
+    at::Tensor h_out, lg;
+    std::tie(h_out, lg) = mtp(h_in, tok, slots, new_len - T, embed, t[0], t[1], t[2], t.slice(3, kBlockTensors),
+                              mtp_ints.slice((d - 1) * kBlockInts, kBlockInts), k_cache, v_cache, cos, sin,
+                              t[3 + kBlockTensors], head, V, H, eps, true);
+    const at::Tensor best = std::get<0>(argmax_logprob(lg));
+    const int64_t* x = best.data_ptr<int64_t>();
+    for (int64_t b = 0; b < B; ++b) {
+      ext[b * (W + k) + W + d - 1] = dp[b * k + d - 1] = x[b];
+      if (d < k)
+        std::memcpy(window(b, d) + (W - T) * D, h_out.data_ptr<float>() + b * T * D, T * D * sizeof(float));
+    }
+  }
   return {target, lp.view({B, J}), n, drafts, experts};
 }
 
@@ -215,9 +218,6 @@ TORCH_LIBRARY(opencomposer, m) {
   m.def("mtp(Tensor hidden, Tensor ids, Tensor slots, Tensor start, Tensor embed, Tensor hnorm_w, Tensor enorm_w, "
         "Tensor eh, Tensor[] block, int[] block_ints, Tensor(a!) k_cache, Tensor(b!) v_cache, Tensor cos, "
         "Tensor sin, Tensor norm_w, Tensor head, int V, int H, float eps, bool logits) -> (Tensor, Tensor)", mtp);
-  m.def("draft_greedy(Tensor hidden, Tensor next, Tensor slots, Tensor start, Tensor embed, Tensor[] mtp_blocks, "
-        "int[] mtp_ints, Tensor(a!) k_cache, Tensor(b!) v_cache, Tensor cos, Tensor sin, Tensor head, int V, "
-        "int H, float eps, int k) -> Tensor", draft_greedy);
   m.def("spec_greedy(Tensor ids, Tensor slots, Tensor(a!) lengths, Tensor recent, Tensor(b!) hist, Tensor embed, "
         "Tensor[] blocks, int[] block_ints, Tensor[] mtp_blocks, int[] mtp_ints, Tensor(c!) k_cache, "
         "Tensor(d!) v_cache, Tensor cos, Tensor sin, Tensor norm_w, Tensor head, int V, int H, float eps) "
