@@ -231,6 +231,7 @@ def main() -> None:
     ap.add_argument("--new-tokens", type=int, default=128)
     ap.add_argument("--prompts", help="with --model: trajectories JSONL (or a JSON list of token-id lists) to take "
                                       "prompts from (trajectory_prompts); default: random token ids")
+    ap.add_argument("--tokenizer", help="for --prompts trajectories: tokenizer directory (default: --model's)")
     ap.add_argument("--prompt-len", type=int, default=None, help="default: 32 (random ids), 256 (--prompts)")
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--repeats", type=int, default=3)
@@ -250,7 +251,7 @@ def main() -> None:
     if args.prompt_len is None:
         args.prompt_len = 256 if args.prompts else 32
     if args.prompts:
-        prompts = trajectory_prompts(args.prompts, args.model or "", args.batch, args.prompt_len)
+        prompts = trajectory_prompts(args.prompts, args.tokenizer or args.model or "", args.batch, args.prompt_len)
     else:
         g = torch.Generator().manual_seed(1)
         prompts = torch.randint(0, cfg.vocab_size, (args.batch, args.prompt_len), generator=g).tolist()
@@ -271,7 +272,7 @@ def main() -> None:
         from opencomposer.harness.chat import stop_token_ids
         from opencomposer.model.tokenizer import Tokenizer
 
-        stop = tuple(stop_token_ids(Tokenizer.load(args.model)))
+        stop = tuple(stop_token_ids(Tokenizer.load(args.tokenizer or args.model)))
         runners["engine_turns"] = EngineRunner(runners["engine"].engine, args.new_tokens, stop)
         runners["spec_turns"] = EngineRunner(runners["spec"].engine, args.new_tokens, stop)
     tmp = tempfile.TemporaryDirectory()

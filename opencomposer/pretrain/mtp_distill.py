@@ -29,6 +29,7 @@ engine would match the acceptance setting even better; rendered trajectories are
 pipeline has), and distributed training.
 
     python -m opencomposer.pretrain.mtp_distill --model DIR --data trajectories.jsonl --out DIR [--modules D]
+        [--steps N] [--tokenizer DIR]
 """
 
 from __future__ import annotations
@@ -179,6 +180,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", required=True, help="HF-format checkpoint directory (with tokenizer.json)")
     ap.add_argument("--data", required=True, nargs="+", help="trajectories JSONL file(s)")
+    ap.add_argument("--tokenizer", help="tokenizer directory or tokenizer.json (default: the model's directory)")
     ap.add_argument("--out", required=True, help="where to write the model with its distilled MTP modules")
     ap.add_argument("--modules", type=int, default=None, help="MTP depths D (default: the checkpoint's)")
     ap.add_argument("--steps", type=int, default=300)
@@ -190,7 +192,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
-    tok = Tokenizer.load(args.model)
+    tok = Tokenizer.load(args.tokenizer or args.model)
     seqs, masks = [], []
     for path in args.data:
         s, m = trajectory_sequences(path, tok)
@@ -202,9 +204,11 @@ def main(argv: Sequence[str] | None = None) -> None:
                          pad_id=tok.pad_id or 0)
     out = Path(args.out)
     save_pretrained(model, out)
+    tok_dir = Path(args.tokenizer or args.model)
+    tok_dir = tok_dir if tok_dir.is_dir() else tok_dir.parent
     for name in ("tokenizer.json", "tokenizer_config.json"):
-        if (Path(args.model) / name).is_file():
-            shutil.copy(Path(args.model) / name, out / name)
+        if (tok_dir / name).is_file():
+            shutil.copy(tok_dir / name, out / name)
     (out / "mtp_distill.json").write_text(json.dumps({**report, "source": str(args.model), "data": args.data,
                                                       "steps": args.steps, "lr": args.lr}, indent=2))
     print(json.dumps(report, indent=2))
