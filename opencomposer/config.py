@@ -148,6 +148,9 @@ class TrainConfig(_Section):
     """Stop after this many steps (None: when the prompts run out; single epoch)."""
     micro_batch_size: int = Field(16, ge=1)
     """Sequences per forward/backward; gradients accumulate with the loss normalised over the whole batch."""
+    pack_prefixes: bool = True
+    """Run each group's shared prefix once, its samples packed in one row (rl/packing.py): the same
+    loss and gradients for less compute. Micro-batches then hold whole groups (>= micro_batch_size samples)."""
     router_replay: bool = True
     """Replay the engine's routed experts in the trainer's forward (R3; Composer 2 §6.2)."""
     replay_min_ratio: float | None = Field(0.1, ge=0, le=1)

@@ -51,6 +51,7 @@ from opencomposer.model import ModelConfig, Transformer, load_pretrained
 from opencomposer.rl.advantages import AdvantageConfig, compute_advantages, degenerate_groups
 from opencomposer.rl.buffer import Group, Sample
 from opencomposer.rl.losses import PolicyLossConfig, kl_in_reward, policy_loss
+from opencomposer.rl.packing import Packed, forward_packed, pack
 from opencomposer.rl.rewards import RewardConfig
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
@@ -185,18 +186,44 @@ class Trainer:
 
     # ---- the step ------------------------------------------------------------------------
 
-    def _logits(self, model: Transformer, mb: Batch, replay: bool) -> tuple[torch.Tensor, int]:
-        out = model(mb.input_ids_BT, routed_experts=mb.routed_BTYK if replay else None,
-                    replay_min_ratio=self.train_cfg.replay_min_ratio if replay else None)
-        return out.logits / self.temperature, out.replaced_experts
+    def _forward(self, model: Transformer, mb: Batch, packed: Packed | None,
+                 replay: bool) -> tuple[torch.Tensor, torch.Tensor, int]:
+        """(log π(target) [Bm, Tm] float32, logits [Bm, Tm, V] or, packed, [R*L, V] with the
+        packed index of each target position, replaced experts)."""
+        ratio = self.train_cfg.replay_min_ratio if replay else None
+        if packed is None:
+            out = model(mb.input_ids_BT, routed_experts=mb.routed_BTYK if replay else None, replay_min_ratio=ratio)
+            logits = out.logits / self.temperature
+            return target_logprobs(logits, mb.target_ids_BT), logits, out.replaced_experts
+        logits_NV, replaced = forward_packed(model, packed, replay, ratio)
+        logits_NV = (logits_NV / self.temperature).float()
+        idx_BT = packed.index_BT[:, :mb.target_ids_BT.shape[1]]
+        logp_BT = logits_NV[idx_BT, mb.target_ids_BT] - torch.logsumexp(logits_NV, dim=-1)[idx_BT]
+        return logp_BT, logits_NV, replaced
+
+    def _micro_batches(self, samples: Sequence[Sample], batch: Batch) -> list[tuple[int, int, Packed | None]]:
+        """Sample ranges [i, j) per forward; packed, they hold whole groups (rl/packing.py)."""
+        B, mbs = len(samples), self.train_cfg.micro_batch_size
+        if not self.train_cfg.pack_prefixes:
+            return [(i, min(i + mbs, B), None) for i in range(0, B, mbs)]
+        out, i = [], 0
+        while i < B:
+            j = i + 1
+            while j < B and (j - i < mbs or samples[j].group_id == samples[j - 1].group_id):
+                j += 1
+            mb_samples = samples[i:j]
+            out.append((i, j, pack(mb_samples, [s.group_id for s in mb_samples], int(batch.lengths_B[i:j].max()),
+                                   self._moe_shape)))
+            i = j
+        return out
 
     @torch.no_grad()
-    def _ref_logprobs(self, batch: Batch, mbs: list[tuple[int, int]]) -> torch.Tensor:
+    def _ref_logprobs(self, batch: Batch, mbs: list[tuple[int, int, Packed | None]]) -> torch.Tensor:
         out = torch.zeros_like(batch.behav_logp_BT)
-        for i, j in mbs:
+        for i, j, packed in mbs:
             mb = batch.slice(i, j)
-            logits, _ = self._logits(self.ref_model, mb, replay=False)  # the reference routes for itself
-            out[i:j, :mb.input_ids_BT.shape[1]] = target_logprobs(logits, mb.target_ids_BT)
+            logp, _, _ = self._forward(self.ref_model, mb, packed, replay=False)  # the reference routes for itself
+            out[i:j, :mb.input_ids_BT.shape[1]] = logp
         return out
 
     def step(self, groups: Sequence[Group]) -> dict[str, float]:
@@ -209,7 +236,7 @@ class Trainer:
         gid_B = torch.tensor([group_index[s.group_id] for s in samples])
         batch = collate(samples, self._moe_shape)
         B, T = batch.mask_BT.shape
-        mbs = [(i, min(i + self.train_cfg.micro_batch_size, B)) for i in range(0, B, self.train_cfg.micro_batch_size)]
+        mbs = self._micro_batches(samples, batch)
         metrics: dict[str, float] = {}
 
         # KL-in-reward against the frozen reference, then group-relative advantages.
@@ -238,12 +265,11 @@ class Trainer:
         weight_sum: dict[str, float] = {}
         loss_total, replaced = 0.0, 0
         diff_sum = entropy_sum = 0.0
-        for i, j in mbs:
+        for i, j, packed in mbs:
             mb = batch.slice(i, j)
             Bm, Tm = mb.mask_BT.shape
-            logits, n_rep = self._logits(self.model, mb, replay=self._moe_shape is not None)
+            logp_BT, logits, n_rep = self._forward(self.model, mb, packed, replay=self._moe_shape is not None)
             replaced += n_rep
-            logp_BT = target_logprobs(logits, mb.target_ids_BT)
             extra = {}
             if self.loss_cfg.off_policy in ("truncated_is", "masked_is"):
                 extra["old_logp_BT"] = logp_BT.detach()   # one step per batch: π_old = π_θ before the step
@@ -278,7 +304,8 @@ class Trainer:
                 diff_sum += (logp_BT.detach() - mb.behav_logp_BT).abs()[mask].sum().item()
                 logits_f = logits.detach().float()
                 lse = torch.logsumexp(logits_f, -1)
-                ent_BT = lse - (torch.softmax(logits_f, -1) * logits_f).sum(-1)
+                ent = lse - (torch.softmax(logits_f, -1) * logits_f).sum(-1)
+                ent_BT = ent if packed is None else ent[packed.index_BT[:, :Tm]]
                 entropy_sum += ent_BT[mask].sum().item()
             del logits, logp_BT, loss
 
@@ -298,8 +325,9 @@ class Trainer:
         metrics["grad_norm"] = float(grad_norm)
         metrics["entropy"] = entropy_sum / max(n_mask, 1)
         replay_slots = 0
-        if self._moe_shape is not None:
-            replay_slots = int((batch.routed_BTYK[..., 0] >= 0).sum()) * self._moe_shape[1]
+        if self._moe_shape is not None:  # replayed (position, expert) pairs the forwards computed
+            replay_slots = sum(int((batch.routed_BTYK[i:j, ..., 0] >= 0).sum()) if p is None else p.replay_rows()
+                               for i, j, p in mbs) * self._moe_shape[1]
         metrics["replay/replaced_experts"] = float(replaced)
         metrics["replay/replaced_frac"] = replaced / replay_slots if replay_slots else 0.0
         versions = [s.oldest_version() for s in samples]
