@@ -139,6 +139,9 @@ class OptimConfig(_Section):
     """Decoupled weight decay (0: plain Adam as in the report)."""
     grad_clip: float | None = Field(1.0, gt=0)
     """Clip the global gradient norm to this (None: no clipping; the norm is still logged)."""
+    warmup_steps: int = Field(0, ge=0)
+    """Linear warm-up of the learning rate over the first steps (lr x step/warmup_steps): Adam's first
+    updates are sign-like (every parameter moves by about lr), which noisy RL gradients make costly."""
 
 
 class TrainConfig(_Section):
