@@ -151,6 +151,9 @@ class TrainConfig(_Section):
     """Stop after this many steps (None: when the prompts run out; single epoch)."""
     micro_batch_size: int = Field(16, ge=1)
     """Sequences per forward/backward; gradients accumulate with the loss normalised over the whole batch."""
+    frozen: list[str] = []
+    """Parameter-name prefixes kept fixed (e.g. ["embed_tokens", "lm_head"]); [] trains every parameter
+    (the report's full-parameter updates)."""
     pack_prefixes: bool = True
     """Run each group's shared prefix once, its samples packed in one row (rl/packing.py): the same
     loss and gradients for less compute. Micro-batches then hold whole groups (>= micro_batch_size samples)."""

@@ -120,6 +120,8 @@ class RLStage(_Strict):
     """Penalty per failed or malformed tool call (0 for the same reason: correctness is the signal)."""
     warmup_steps: int = Field(0, ge=0)
     """Linear learning-rate warm-up (RL's first Adam steps are otherwise sign-like)."""
+    frozen: list[str] = []
+    """Parameter-name prefixes RL leaves fixed (train.frozen), e.g. embed_tokens and lm_head."""
     rollout_workers: int = Field(2, ge=1)
     """Groups rolled out at once; the engine batches all their rollouts (group_size x this slots)."""
     max_staleness: int = Field(1, ge=0)
@@ -358,7 +360,7 @@ class Pipeline:
             "model": {"path": str(self.paths["sft"] / "model"), "tokenizer": str(self.paths["tokenizer"])},
             "engine": {"max_slots": max(16, r.group_size * r.rollout_workers), "max_len": agent["context_window"]},
             "sampling": {"temperature": 1.0, "max_new_tokens": agent["max_new_tokens"]},
-            "train": {"max_steps": r.steps, "micro_batch_size": r.micro_batch_size,
+            "train": {"max_steps": r.steps, "micro_batch_size": r.micro_batch_size, "frozen": r.frozen,
                       "optim": {"lr": r.lr, "warmup_steps": r.warmup_steps}},
             "reward": {"kl_coef": r.kl_coef, "length_coef": r.length_coef, "failed_tool_call_coef": r.tool_error_coef,
                        "malformed_tool_call_coef": r.tool_error_coef},

@@ -38,7 +38,6 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from opencomposer.rl.buffer import Sample
 
 MIN_SHARED_TOKENS = 16
 """A group whose samples share fewer input tokens is not merged (each sample is its own row):
@@ -65,17 +64,18 @@ class Packed:
         return sum(int((r[..., 0] >= 0).sum()) for r in rows)
 
 
-def common_prefix(samples: Sequence[Sample]) -> int:
-    """Input positions (token_ids[:-1]) on which all samples agree in token and routed experts."""
-    n = min(len(s.token_ids) - 1 for s in samples)
-    first = samples[0]
+def common_prefix(token_ids: Sequence[np.ndarray], routed: Sequence[np.ndarray | None] | None = None) -> int:
+    """Input positions (ids[:-1]) on which all sequences agree in token and routed experts."""
+    n = min(len(ids) - 1 for ids in token_ids)
     agree = np.ones(n, dtype=bool)
-    for s in samples[1:]:
-        agree &= s.token_ids[:n] == first.token_ids[:n]
-        if (s.routed_experts is None) != (first.routed_experts is None):
+    for ids in token_ids[1:]:
+        agree &= ids[:n] == token_ids[0][:n]
+    if routed is not None:
+        if any((r is None) != (routed[0] is None) for r in routed):
             return 0
-        if s.routed_experts is not None:
-            agree &= (s.routed_experts[:n] == first.routed_experts[:n]).all(axis=(1, 2))
+        for r in routed[1:]:
+            if r is not None:
+                agree &= (r[:n] == routed[0][:n]).all(axis=(1, 2))
     return int(n if agree.all() else np.argmin(agree))
 
 
@@ -89,27 +89,32 @@ def _group_bounds(group_ids: Sequence[object]) -> list[tuple[int, int]]:
     return bounds
 
 
-def pack(samples: Sequence[Sample], group_ids: Sequence[object], T: int,
-         moe_shape: tuple[int, int] | None) -> Packed:
-    """Pack samples (each group's samples consecutive) into the two calls. T: the [B, T] layout's
-    width (max input length); moe_shape (Y, K) to carry routed experts, None for no replay."""
+def pack(token_ids: Sequence[np.ndarray], group_ids: Sequence[object], T: int,
+         moe_shape: tuple[int, int] | None = None, routed: Sequence[np.ndarray | None] | None = None) -> Packed:
+    """Pack sequences (each group's consecutive) into the two calls. T: the [B, T] layout's width
+    (max input length). moe_shape (Y, K) with `routed` (per sequence [len, Y, K] or None) carries
+    routed experts for replay; None for no replay."""
+    def experts(b: int, n: int) -> np.ndarray | None:
+        return _routed(routed[b] if routed is not None else None, n, moe_shape)
+
     prefixes: list[tuple[np.ndarray, np.ndarray | None]] = []        # ids, routed
     suffixes: list[tuple[int, int, np.ndarray, np.ndarray | None]] = []  # prefix row, P, ids, routed
-    where: list[tuple[str, int, int, int]] = []  # per sample: (call, row, P, n)
+    where: list[tuple[str, int, int, int]] = []  # per sequence: (call, row, P, n)
     for i, j in _group_bounds(group_ids):
-        group = samples[i:j]
-        P = common_prefix(group) if len(group) > 1 else 0
+        P = 0
+        if j - i > 1:
+            P = common_prefix(token_ids[i:j], None if moe_shape is None or routed is None else routed[i:j])
         if P < MIN_SHARED_TOKENS:
-            for s in group:
-                n = len(s.token_ids) - 1
-                prefixes.append((s.token_ids[:n], _routed(s, n, moe_shape)))
+            for b in range(i, j):
+                n = len(token_ids[b]) - 1
+                prefixes.append((token_ids[b][:n], experts(b, n)))
                 where.append(("prefix", len(prefixes) - 1, n, n))
             continue
-        prefixes.append((group[0].token_ids[:P], _routed(group[0], P, moe_shape)))
-        for s in group:
-            n = len(s.token_ids) - 1
-            routed = _routed(s, n, moe_shape)
-            suffixes.append((len(prefixes) - 1, P, s.token_ids[P:n], None if routed is None else routed[P:]))
+        prefixes.append((token_ids[i][:P], experts(i, P)))
+        for b in range(i, j):
+            n = len(token_ids[b]) - 1
+            r = experts(b, n)
+            suffixes.append((len(prefixes) - 1, P, token_ids[b][P:n], None if r is None else r[P:]))
             where.append(("suffix", len(suffixes) - 1, P, n))
 
     R, Pm = len(prefixes), max(len(ids) for ids, _ in prefixes)
@@ -129,7 +134,7 @@ def pack(samples: Sequence[Sample], group_ids: Sequence[object], T: int,
                "suffix_rows_B": torch.tensor([r for r, _, _, _ in suffixes]),
                "suffix_routed_BSYK": _pad_routed([r for _, _, _, r in suffixes], Sm, moe_shape)}
         tokens += sum(len(ids) for _, _, ids, _ in suffixes)
-    index_BT = torch.zeros(len(samples), T, dtype=torch.int64)
+    index_BT = torch.zeros(len(token_ids), T, dtype=torch.int64)
     for b, (call, row, P, n) in enumerate(where):
         if call == "prefix":
             index_BT[b, :n] = row * Pm + torch.arange(n)
@@ -156,28 +161,31 @@ def _pad_routed(rows: list[np.ndarray | None], L: int, moe_shape: tuple[int, int
     return out
 
 
-def forward_packed(model, p: Packed, replay: bool, replay_min_ratio: float | None):
-    """The two calls; returns (logits [R*P + B'*S, V] laid end to end, replaced experts)."""
+def forward_packed(model, p: Packed, replay: bool = False, replay_min_ratio: float | None = None,
+                   compute_logits: bool = True) -> tuple[torch.Tensor, torch.Tensor | None, int]:
+    """The two calls; returns (hidden [R*P + B'*S, D], logits [R*P + B'*S, V] or None, replaced
+    experts), both calls' rows laid end to end (what `index_BT` indexes)."""
     ratio = replay_min_ratio if replay else None
     pre = model(p.prefix_ids_RP, routed_experts=p.prefix_routed_RPYK if replay else None, replay_min_ratio=ratio,
-                return_key_values=p.suffix_ids_BS is not None)
-    logits, replaced = [pre.logits.flatten(0, 1)], pre.replaced_experts
+                return_key_values=p.suffix_ids_BS is not None, compute_logits=compute_logits)
+    outs, replaced = [pre], pre.replaced_experts
     if p.suffix_ids_BS is not None:
         past = [(k[p.suffix_rows_B], v[p.suffix_rows_B]) for k, v in pre.key_values]
         suf = model(p.suffix_ids_BS, routed_experts=p.suffix_routed_BSYK if replay else None, replay_min_ratio=ratio,
-                    position_ids=p.suffix_pos_BS, attention_mask=p.suffix_mask_B1SQ, past_key_values=past)
-        logits.append(suf.logits.flatten(0, 1))
+                    position_ids=p.suffix_pos_BS, attention_mask=p.suffix_mask_B1SQ, past_key_values=past,
+                    compute_logits=compute_logits)
+        outs.append(suf)
         replaced += suf.replaced_experts
-    return torch.cat(logits), replaced
+    hidden = torch.cat([o.hidden.flatten(0, 1) for o in outs])
+    logits = torch.cat([o.logits.flatten(0, 1) for o in outs]) if compute_logits else None
+    return hidden, logits, replaced
 
 
-def _routed(s: Sample, n: int, moe_shape: tuple[int, int] | None) -> np.ndarray | None:
+def _routed(routed: np.ndarray | None, n: int, moe_shape: tuple[int, int] | None) -> np.ndarray | None:
     if moe_shape is None:
         return None
-    if s.routed_experts is None:
+    if routed is None:
         return np.full((n, *moe_shape), -1, np.int32)
-    if s.routed_experts.shape[1:] != moe_shape:
-        raise ValueError(f"sample {s.group_id}: routed_experts rows are {s.routed_experts.shape[1:]}, "
-                         f"the model's MoE layout is (Y, K) = {moe_shape}")
-    return s.routed_experts[:n]
-
+    if routed.shape[1:] != moe_shape:
+        raise ValueError(f"routed_experts rows are {routed.shape[1:]}, the model's MoE layout is (Y, K) = {moe_shape}")
+    return routed[:n]

@@ -175,6 +175,13 @@ class Trainer:
         if self.needs_ref:
             self.ref_model = (ref_model if ref_model is not None else copy.deepcopy(model)).eval()
             self.ref_model.requires_grad_(False)
+        for prefix in train.frozen:
+            hit = [p for name, p in model.named_parameters() if name.startswith(prefix)]
+            if not hit:
+                raise ConfigError(f"train.frozen: no parameter name starts with {prefix!r} "
+                                  f"(names look like {next(iter(dict(model.named_parameters())))!r})")
+            for p in hit:
+                p.requires_grad_(False)
         params = [p for p in model.parameters() if p.requires_grad]
         if not params:
             raise ConfigError("the model has no trainable parameters (every tensor has requires_grad=False)")
@@ -199,7 +206,7 @@ class Trainer:
             out = model(mb.input_ids_BT, routed_experts=mb.routed_BTYK if replay else None, replay_min_ratio=ratio)
             logits = out.logits / self.temperature
             return target_logprobs(logits, mb.target_ids_BT), logits, out.replaced_experts
-        logits_NV, replaced = forward_packed(model, packed, replay, ratio)
+        _, logits_NV, replaced = forward_packed(model, packed, replay, ratio)
         logits_NV = (logits_NV / self.temperature).float()
         idx_BT = packed.index_BT[:, :mb.target_ids_BT.shape[1]]
         logp_BT = logits_NV[idx_BT, mb.target_ids_BT] - torch.logsumexp(logits_NV, dim=-1)[idx_BT]
@@ -216,8 +223,9 @@ class Trainer:
             while j < B and (j - i < mbs or samples[j].group_id == samples[j - 1].group_id):
                 j += 1
             mb_samples = samples[i:j]
-            out.append((i, j, pack(mb_samples, [s.group_id for s in mb_samples], int(batch.lengths_B[i:j].max()),
-                                   self._moe_shape)))
+            out.append((i, j, pack([s.token_ids for s in mb_samples], [s.group_id for s in mb_samples],
+                                   int(batch.lengths_B[i:j].max()), self._moe_shape,
+                                   [s.routed_experts for s in mb_samples])))
             i = j
         return out
 

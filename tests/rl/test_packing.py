@@ -48,22 +48,24 @@ def shared_prefix_groups(n_groups=3, G=4, prefix=40, seed=0, routed=True) -> lis
 
 def test_common_prefix_stops_at_the_first_token_or_routing_difference():
     g = shared_prefix_groups(n_groups=1, prefix=40)[0].samples
-    assert common_prefix(g) == 46  # prompt + the shared generated run (inputs only)
+    ids, routed = [s.token_ids for s in g], [s.routed_experts for s in g]
+    assert common_prefix(ids, routed) == 46  # prompt + the shared generated run (inputs only)
     g[1].routed_experts[44, 0, 0] = (g[1].routed_experts[44, 0, 0] + 1) % E
-    assert common_prefix(g) == 44
+    assert common_prefix(ids, routed) == 44 and common_prefix(ids) == 46  # without replay, routing does not matter
     g[2].token_ids[10] += 1
-    assert common_prefix(g) == 10
+    assert common_prefix(ids, routed) == 10
 
 
 def test_packed_rows_reproduce_each_samples_logits():
     groups = shared_prefix_groups()
     samples = [s for grp in groups for s in grp.samples]
     T = max(len(s.token_ids) for s in samples) - 1
-    p = pack(samples, [s.group_id for s in samples], T, (Y, K))
+    p = pack([s.token_ids for s in samples], [s.group_id for s in samples], T, (Y, K),
+             [s.routed_experts for s in samples])
     assert p.tokens < sum(len(s.token_ids) - 1 for s in samples)
     model = tiny_model().eval()
     with torch.no_grad():
-        out, _ = forward_packed(model, p, replay=True, replay_min_ratio=None)
+        _, out, _ = forward_packed(model, p, replay=True, replay_min_ratio=None)
         for b, s in enumerate(samples):
             n = len(s.token_ids) - 1
             alone = model(torch.from_numpy(s.token_ids[None, :-1]),

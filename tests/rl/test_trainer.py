@@ -199,6 +199,19 @@ def test_off_policy_corrections_run_and_report_is_stats(off_policy):
         assert m["is_weight_max"] >= m["is_weight_mean"] >= m["is_weight_min"] > 0
 
 
+def test_train_frozen_prefixes_keep_those_tensors_fixed_and_typos_are_named():
+    from opencomposer.errors import ConfigError
+
+    model = tiny_model()
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    trainer = Trainer(model, TrainConfig(frozen=["embed_tokens", "lm_head"], optim={"lr": 1e-2}), reward=NO_KL)
+    trainer.step(random_groups())
+    for n, p in model.named_parameters():
+        assert torch.equal(p, before[n]) == n.startswith(("embed_tokens", "lm_head")), n
+    with pytest.raises(ConfigError, match="embeddings"):
+        Trainer(tiny_model(), TrainConfig(frozen=["embeddings"]), reward=NO_KL)
+
+
 def test_frozen_parameters_are_not_optimised():
     model = tiny_model()
     model.embed_tokens.weight.requires_grad_(False)
