@@ -154,9 +154,13 @@ class TrainConfig(_Section):
     frozen: list[str] = []
     """Parameter-name prefixes kept fixed (e.g. ["embed_tokens", "lm_head"]); [] trains every parameter
     (the report's full-parameter updates)."""
+    skip_zero_advantage: bool = True
+    """Leave samples whose advantage is 0 out of the forward (the same gradients for less compute).
+    The Ray trainer's FSDP ranks turn it off: every rank must run the same forwards and backwards."""
     pack_prefixes: bool = True
-    """Run each group's shared prefix once, its samples packed in one row (rl/packing.py): the same
-    loss and gradients for less compute. Micro-batches then hold whole groups (>= micro_batch_size samples)."""
+    """Run each group's shared prefix once (rl/packing.py): the same loss and gradients for less
+    compute. Micro-batches then hold whole groups (>= micro_batch_size samples). The Ray trainer's
+    FSDP ranks turn it off (the number of model calls per step must match across ranks)."""
     router_replay: bool = True
     """Replay the engine's routed experts in the trainer's forward (R3; Composer 2 §6.2)."""
     replay_min_ratio: float | None = Field(0.1, ge=0, le=1)

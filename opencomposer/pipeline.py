@@ -8,12 +8,12 @@ checkpoint or finished episode):
                   + demo-family sources drawn with a generator stream of their own + the demo
                   environment's system turn (the text every episode starts with)
     2 pretrain    a tiny MoE+MTP model (pretrain/train.py) on stdlib code, a couple of minutes
-    3 tasks       the demo family (tasks/demo_family.py): training tasks, and held-out tasks from
-                  another seed with every training instance excluded (disjoint by construction)
+    3 tasks       the demo family (tasks/demo_family.py) from three generator seeds: SFT tasks,
+                  RL tasks and held-out tasks, pairwise disjoint (each excludes the others' instances)
     4 sft         SFT (pretrain/sft.py) on ReadEditOracle trajectories collected through the real
-                  agent loop in sandbox forks of the training tasks
+                  agent loop in sandbox forks of the SFT tasks
     5 eval_sft    `opencomposer eval` of the SFT checkpoint on the held-out tasks (engine policy)
-    6 rl          asynchronous agentic RL (rl/orchestrator.py run_agentic) on the training tasks:
+    6 rl          asynchronous agentic RL (rl/orchestrator.py run_agentic) on the RL tasks:
                   the real sandbox, tools, agent loop, grader and hidden tests
     7 eval_rl     the RL checkpoint on the same held-out tasks, with the same settings
     8 report      learning curve (PNG), before/after held-out success, the cost/accuracy plot
@@ -106,7 +106,7 @@ class EvalStage(_Strict):
 
 class RLStage(_Strict):
     steps: int = Field(32, gt=0)
-    """Trainer steps; steps x groups_per_step training tasks are used, each once."""
+    """Trainer steps; steps x groups_per_step RL tasks are used, each once."""
     group_size: int = Field(8, ge=2)
     """G: rollouts per task (Dr. GRPO needs mixed outcomes within a group)."""
     groups_per_step: int = Field(8, ge=1)

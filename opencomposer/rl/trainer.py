@@ -10,7 +10,7 @@
   3. advantages per group (advantages.compute_advantages: Dr. GRPO by default);
   4. drop the samples whose advantage is 0 (all of a degenerate group's): their loss and
      gradient are 0, so not running them changes nothing but the time (unless KL is in the
-     loss); the normalisers below stay the whole batch's;
+     loss; train.skip_zero_advantage); the normalisers below stay the whole batch's;
   5. per micro-batch (whole groups, their shared prefix run once: rl/packing.py): forward with router replay (the engine's experts, the plausibility
      threshold train.replay_min_ratio; replaced experts counted), log π_θ(target) of
      logits / temperature, losses.policy_loss, backward of the loss scaled so the sum over
@@ -267,7 +267,8 @@ class Trainer:
         # A sample with advantage 0 (every sample of a degenerate group) has loss and gradient 0
         # under every policy_loss variant: it is not run. The normalisers above stay the whole
         # batch's, so the step is exactly the full batch's. KL-in-the-loss has a gradient of its own.
-        run_B = adv_B != 0 if self.loss_cfg.kl_loss_coef == 0 else torch.ones(B, dtype=torch.bool)
+        skip = self.train_cfg.skip_zero_advantage and self.loss_cfg.kl_loss_coef == 0
+        run_B = adv_B != 0 if skip else torch.ones(B, dtype=torch.bool)
         run, run_adv_B = samples, adv_B
         if not bool(run_B.all()):
             run = [samples[i] for i in run_B.nonzero().squeeze(1).tolist()]
