@@ -139,6 +139,9 @@ class OptimConfig(_Section):
     """Decoupled weight decay (0: plain Adam as in the report)."""
     grad_clip: float | None = Field(1.0, gt=0)
     """Clip the global gradient norm to this (None: no clipping; the norm is still logged)."""
+    warmup_steps: int = Field(0, ge=0)
+    """Linear warm-up of the learning rate over the first steps (lr x step/warmup_steps): Adam's first
+    updates are sign-like (every parameter moves by about lr), which noisy RL gradients make costly."""
 
 
 class TrainConfig(_Section):
@@ -148,6 +151,16 @@ class TrainConfig(_Section):
     """Stop after this many steps (None: when the prompts run out; single epoch)."""
     micro_batch_size: int = Field(16, ge=1)
     """Sequences per forward/backward; gradients accumulate with the loss normalised over the whole batch."""
+    frozen: list[str] = []
+    """Parameter-name prefixes kept fixed (e.g. ["embed_tokens", "lm_head"]); [] trains every parameter
+    (the report's full-parameter updates)."""
+    skip_zero_advantage: bool = True
+    """Leave samples whose advantage is 0 out of the forward (the same gradients for less compute).
+    The Ray trainer's FSDP ranks turn it off: every rank must run the same forwards and backwards."""
+    pack_prefixes: bool = True
+    """Run each group's shared prefix once (rl/packing.py): the same loss and gradients for less
+    compute. Micro-batches then hold whole groups (>= micro_batch_size samples). The Ray trainer's
+    FSDP ranks turn it off (the number of model calls per step must match across ranks)."""
     router_replay: bool = True
     """Replay the engine's routed experts in the trainer's forward (R3; Composer 2 §6.2)."""
     replay_min_ratio: float | None = Field(0.1, ge=0, le=1)

@@ -8,12 +8,12 @@ checkpoint or finished episode):
                   + demo-family sources drawn with a generator stream of their own + the demo
                   environment's system turn (the text every episode starts with)
     2 pretrain    a tiny MoE+MTP model (pretrain/train.py) on stdlib code, a couple of minutes
-    3 tasks       the demo family (tasks/demo_family.py): training tasks, and held-out tasks from
-                  another seed with every training instance excluded (disjoint by construction)
+    3 tasks       the demo family (tasks/demo_family.py) from three generator seeds: SFT tasks,
+                  RL tasks and held-out tasks, pairwise disjoint (each excludes the others' instances)
     4 sft         SFT (pretrain/sft.py) on ReadEditOracle trajectories collected through the real
-                  agent loop in sandbox forks of the training tasks
+                  agent loop in sandbox forks of the SFT tasks
     5 eval_sft    `opencomposer eval` of the SFT checkpoint on the held-out tasks (engine policy)
-    6 rl          asynchronous agentic RL (rl/orchestrator.py run_agentic) on the training tasks:
+    6 rl          asynchronous agentic RL (rl/orchestrator.py run_agentic) on the RL tasks:
                   the real sandbox, tools, agent loop, grader and hidden tests
     7 eval_rl     the RL checkpoint on the same held-out tasks, with the same settings
     8 report      learning curve (PNG), before/after held-out success, the cost/accuracy plot
@@ -81,6 +81,9 @@ class PretrainStage(_Strict):
 class TasksStage(_Strict):
     n_train: int = Field(256, gt=0)
     n_heldout: int = Field(200, gt=0)
+    n_rl: int = Field(1024, gt=0)
+    """Tasks for RL, from a third generator seed with every training and held-out instance
+    excluded: RL never trains on the tasks SFT memorised (nor on held-out ones)."""
     difficulty: int = Field(0, ge=0)
     """Distractor functions per module (demo_family.MAX_DIFFICULTY at most)."""
 
@@ -103,7 +106,7 @@ class EvalStage(_Strict):
 
 class RLStage(_Strict):
     steps: int = Field(32, gt=0)
-    """Trainer steps; steps x groups_per_step training tasks are used, each once."""
+    """Trainer steps; steps x groups_per_step RL tasks are used, each once."""
     group_size: int = Field(8, ge=2)
     """G: rollouts per task (Dr. GRPO needs mixed outcomes within a group)."""
     groups_per_step: int = Field(8, ge=1)
@@ -115,6 +118,12 @@ class RLStage(_Strict):
     answering at once without tools, which measured as a collapse (resolved 0 after 3 steps at lr 1e-3)."""
     tool_error_coef: float = Field(0.0, ge=0)
     """Penalty per failed or malformed tool call (0 for the same reason: correctness is the signal)."""
+    warmup_steps: int = Field(0, ge=0)
+    """Linear learning-rate warm-up (RL's first Adam steps are otherwise sign-like)."""
+    frozen: list[str] = []
+    """Parameter-name prefixes RL leaves fixed (train.frozen), e.g. embed_tokens and lm_head."""
+    rollout_workers: int = Field(2, ge=1)
+    """Groups rolled out at once; the engine batches all their rollouts (group_size x this slots)."""
     max_staleness: int = Field(1, ge=0)
     micro_batch_size: int = Field(16, ge=1)
 
@@ -137,8 +146,8 @@ class PipelineConfig(_Strict):
     @model_validator(mode="after")
     def _enough_tasks(self) -> "PipelineConfig":
         need = self.rl.steps * self.rl.groups_per_step
-        if need > self.tasks.n_train:  # RL visits each training task at most once
-            raise ValueError(f"rl.steps x rl.groups_per_step = {need} tasks, but tasks.n_train is {self.tasks.n_train}")
+        if need > self.tasks.n_rl:  # RL visits each of its tasks at most once
+            raise ValueError(f"rl.steps x rl.groups_per_step = {need} tasks, but tasks.n_rl is {self.tasks.n_rl}")
         return self
 
 
@@ -187,7 +196,7 @@ class Pipeline:
         self.out = Path(cfg.out_dir).resolve()
         o = self.out
         self.paths = {"tokenizer": o / "tokenizer", "pretrain": o / "pretrain", "train_suite": o / "tasks" / "train",
-                      "heldout_suite": o / "tasks" / "heldout", "sft": o / "sft", "eval_sft": o / "eval" / "sft",
+                      "heldout_suite": o / "tasks" / "heldout", "rl_suite": o / "tasks" / "rl", "sft": o / "sft", "eval_sft": o / "eval" / "sft",
                       "rl": o / "rl", "eval_rl": o / "eval" / "rl", "report": o / "report", "cache": o / "cache"}
 
     def model_dict(self) -> dict[str, Any]:
@@ -290,11 +299,16 @@ class Pipeline:
                                suite_name="demo-train")
         held = generate_tasks(c.n_heldout, 2 * self.cfg.seed + 1, self.paths["heldout_suite"], difficulty=c.difficulty,
                               exclude={p.name for p in train}, suite_name="demo-heldout")
-        overlap = {p.name for p in train} & {p.name for p in held}
-        if overlap:  # generate_tasks excludes them; checked again because the claim is the demo's point
-            raise ConfigError(f"held-out tasks overlap the training tasks: {sorted(overlap)[:3]}")
-        self.console.print(f"{len(train)} training tasks, {len(held)} held-out tasks (difficulty {c.difficulty})")
-        return {"train_tasks": len(train), "heldout_tasks": len(held), "difficulty": c.difficulty}
+        rl = generate_tasks(c.n_rl, 2 * self.cfg.seed + 1000, self.paths["rl_suite"], difficulty=c.difficulty,
+                            exclude={p.name for p in train} | {p.name for p in held}, suite_name="demo-rl")
+        names = {k: {p.name for p in v} for k, v in (("SFT", train), ("held-out", held), ("RL", rl))}
+        for a, b in (("held-out", "SFT"), ("held-out", "RL"), ("RL", "SFT")):
+            overlap = names[a] & names[b]
+            if overlap:  # generate_tasks excludes them; checked again because the claim is the demo's point
+                raise ConfigError(f"{a} tasks overlap the {b} tasks: {sorted(overlap)[:3]}")
+        self.console.print(f"{len(train)} SFT tasks, {len(rl)} RL tasks, {len(held)} held-out tasks "
+                           f"(difficulty {c.difficulty}), pairwise disjoint")
+        return {"train_tasks": len(train), "rl_tasks": len(rl), "heldout_tasks": len(held), "difficulty": c.difficulty}
 
     # 4
     def _sft(self) -> dict:
@@ -344,17 +358,19 @@ class Pipeline:
             "mode": "agentic",
             "run": {"out_dir": str(self.paths["rl"]), "seed": self.cfg.seed, "num_threads": self.cfg.threads},
             "model": {"path": str(self.paths["sft"] / "model"), "tokenizer": str(self.paths["tokenizer"])},
-            "engine": {"max_slots": max(16, r.group_size * 2), "max_len": agent["context_window"]},
+            "engine": {"max_slots": max(16, r.group_size * r.rollout_workers), "max_len": agent["context_window"]},
             "sampling": {"temperature": 1.0, "max_new_tokens": agent["max_new_tokens"]},
-            "train": {"max_steps": r.steps, "micro_batch_size": r.micro_batch_size, "optim": {"lr": r.lr}},
+            "train": {"max_steps": r.steps, "micro_batch_size": r.micro_batch_size, "frozen": r.frozen,
+                      "optim": {"lr": r.lr, "warmup_steps": r.warmup_steps}},
             "reward": {"kl_coef": r.kl_coef, "length_coef": r.length_coef, "failed_tool_call_coef": r.tool_error_coef,
                        "malformed_tool_call_coef": r.tool_error_coef},
             "checkpoint": {"every_steps": max(1, r.steps // 4), "keep_last": 2},
             "log": {"tensorboard": False, "progress": True},
-            "agentic": {"suite": str(self.paths["train_suite"]), "runner": "local",
+            "agentic": {"suite": str(self.paths["rl_suite"]), "runner": "local",
                         "rollout": {"group_size": r.group_size, "min_group_size": 2, "task_timeout_s": 300,
                                     "agent": agent},
-                        "groups_per_step": r.groups_per_step, "rollout_workers": 2, "max_staleness": r.max_staleness}})
+                        "groups_per_step": r.groups_per_step, "rollout_workers": r.rollout_workers,
+                        "max_staleness": r.max_staleness}})
         out = run_agentic(cfg, resume=True)
         return {"steps": out["steps"], "policy_version": out["policy_version"], "trained_tasks": len(out["trained"]),
                 "given_up": len(out["given_up"]), "train_s": out["seconds"]}

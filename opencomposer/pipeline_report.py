@@ -48,7 +48,7 @@ def plot_curve(steps: list[int], reward: list[float], resolved: list[float], key
     ax.plot(steps, resolved, marker="s", linestyle="--", label="resolved rollouts (fraction)")
     ax.set_xlabel("RL trainer step")
     ax.set_ylabel("per step, over the step's rollouts")
-    ax.set_title("RL on the training tasks")
+    ax.set_title("RL on its own tasks (never the held-out ones)")
     ax.grid(alpha=0.3)
     ax.legend(loc="best", fontsize=8)
     fig.tight_layout()
@@ -72,6 +72,7 @@ def write_demo_report(p: "Pipeline") -> dict:
     summary = {
         "seed": cfg.seed, "sft_success": before, "rl_success": after, "lift_points": 100 * (after - before),
         "heldout_tasks": rec["tasks"]["heldout_tasks"], "train_tasks": rec["tasks"]["train_tasks"],
+        "rl_tasks": rec["tasks"].get("rl_tasks"),
         "difficulty": cfg.tasks.difficulty, "eval_temperature": cfg.eval.temperature,
         "rl_steps": len(steps), "rl_reward_first": reward[0] if reward else None,
         "rl_reward_last": reward[-1] if reward else None,
@@ -112,9 +113,10 @@ sandbox, tools, agent loop, grader and hidden tests as every other suite.
 
 ![RL learning curve](learning_curve.png)
 
-RL: {s['rl_steps']} trainer steps of {cfg.rl.groups_per_step} tasks x G={cfg.rl.group_size} rollouts on the
-{s['train_tasks']} training tasks, lr {cfg.rl.lr}, KL beta {cfg.rl.kl_coef}, length lambda {cfg.rl.length_coef};
-curve: `{key}` and the resolved fraction per step.
+RL: {s['rl_steps']} trainer steps of {cfg.rl.groups_per_step} tasks x G={cfg.rl.group_size} rollouts, each task
+used once, drawn from {s['rl_tasks']} RL tasks disjoint from SFT's {s['train_tasks']} and from the held-out ones;
+lr {cfg.rl.lr}, KL beta {cfg.rl.kl_coef}, length lambda {cfg.rl.length_coef}; curve: `{key}` and the resolved
+fraction per step.
 
 Cost/accuracy plot and every held-out trajectory: [eval/index.html](eval/index.html).
 

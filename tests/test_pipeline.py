@@ -14,7 +14,7 @@ MINI = [
     "tokenizer.vocab_size=512", "tokenizer.code_bytes=300000", "tokenizer.family_samples=20",
     "pretrain.steps=3", "pretrain.batch_size=2", "pretrain.seq_len=64", "pretrain.code_bytes=1500000",
     "pretrain.model.hidden_size=64", "pretrain.model.head_dim=16", "pretrain.model.num_hidden_layers=2",
-    "tasks.n_train=8", "tasks.n_heldout=3",
+    "tasks.n_train=8", "tasks.n_heldout=3", "tasks.n_rl=6",
     "sft.steps=2", "sft.batch_size=2", "sft.warmup_steps=0",
     "eval.concurrency=3",
     "rl.steps=2", "rl.group_size=2", "rl.groups_per_step=2", "rl.micro_batch_size=4",
@@ -34,7 +34,11 @@ def test_pipeline_runs_every_stage_and_writes_the_report(tmp_path):
     assert (p.rl_model_dir() / "config.json").is_file()
     train = {d.name for d in p.paths["train_suite"].iterdir() if d.is_dir()}
     held = {d.name for d in p.paths["heldout_suite"].iterdir() if d.is_dir()}
-    assert len(train) == 8 and len(held) == 3 and not train & held
+    rl = {d.name for d in p.paths["rl_suite"].iterdir() if d.is_dir()}
+    assert len(train) == 8 and len(held) == 3 and len(rl) == 6
+    assert not train & held and not rl & held and not rl & train
+    trained = {json.loads(x)["task_id"] for x in (p.paths["rl"] / "trajectories.jsonl").read_text().splitlines()}
+    assert trained and trained <= rl  # RL trains on its own tasks only
     for name in ("eval_sft", "eval_rl"):
         rows = [json.loads(x) for x in (p.paths[name] / "results.jsonl").read_text().splitlines()]
         assert {r["task_id"] for r in rows} == held  # both evaluations on exactly the held-out tasks
@@ -71,6 +75,6 @@ def test_config_file_restates_the_defaults_and_bad_values_are_named():
 
     assert load_config(Path(__file__).parents[1] / "configs/demo/pipeline.yaml") == PipelineConfig()
     with pytest.raises(ConfigError, match="rl.steps x rl.groups_per_step"):
-        load_config(None, ["tasks.n_train=16"])  # RL would need more tasks than exist
+        load_config(None, ["tasks.n_rl=16"])  # RL would need more tasks than exist
     with pytest.raises(ConfigError, match="sft.stepz"):
         load_config(None, ["sft.stepz=3"])

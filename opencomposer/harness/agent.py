@@ -86,6 +86,12 @@ class AgentConfig(BaseModel):
     """Assistant turns (summaries included) before stop_reason "max_turns"."""
     max_total_tokens: int = Field(400_000, ge=1)
     """Tokens the policy may generate over the whole episode (stop_reason "max_tokens")."""
+    max_tool_errors: int | None = Field(None, ge=1)
+    """Failed tool calls (malformed ones included) that end the episode (stop_reason "tool_errors");
+    None: no limit. Composer 2 validates tool arguments more strictly in training than in the
+    product; ending a small model's episode at its first failed call keeps RL's negative
+    advantages on the tokens that made the mistake instead of an error-recovery context that
+    training never showed it (docs/demo-design.md)."""
     max_wall_s: float = Field(3600.0, gt=0)
     """Wall-clock limit of the episode (stop_reason "wall_time"); interrupts a running call."""
     summarize_at: int | None = Field(64_000, ge=1)
@@ -513,6 +519,8 @@ class Agent:
             t.tool_calls.append(ToolRecord(seg, turn_index, r.call_id, r.name, r.ok, kind, r.stats.bytes_in,
                                            r.stats.bytes_out, round(r.stats.duration_s, 4)))
             c.tool_output_tokens += self.ctx.append(tool_result_message(r))
+        if self.config.max_tool_errors is not None and c.tool_errors >= self.config.max_tool_errors:
+            raise LimitsExceeded(f"{c.tool_errors} failed tool calls", "tool_errors")
 
 
 async def run_agent(policy, workspace, instruction: str, config: AgentConfig | None = None, **kw) -> Trajectory:

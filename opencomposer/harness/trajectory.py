@@ -163,7 +163,7 @@ class Trajectory:
     cost_usd: float = 0.0
     """prompt_tokens x input price + completion_tokens x output price (0 without prices)."""
     stop_reason: str | None = None
-    """final | max_turns | max_tokens | wall_time | context_full | error (None while running)."""
+    """final | max_turns | max_tokens | wall_time | context_full | tool_errors | error (None while running)."""
     error: str | None = None
     final_message: str | None = None
     patch: str | None = None

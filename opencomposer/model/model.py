@@ -152,7 +152,9 @@ class Attention(nn.Module):
 
     def forward(self, x_BTD: torch.Tensor, cos_BTC: torch.Tensor, sin_BTC: torch.Tensor,
                 kv_cache: tuple[torch.Tensor, torch.Tensor] | None = None,
-                step: CacheStep | None = None) -> torch.Tensor:
+                step: CacheStep | None = None, attn_mask_B1TP: torch.Tensor | None = None,
+                past_kv: tuple[torch.Tensor, torch.Tensor] | None = None,
+                kv_out: list | None = None) -> torch.Tensor:
         B, T, _ = x_BTD.shape
         q_BTHC = self.q_norm(self.q_proj(x_BTD).view(B, T, self.H, self.C))
         k_BTGC = self.k_norm(self.k_proj(x_BTD).view(B, T, self.G, self.C))
@@ -162,8 +164,13 @@ class Attention(nn.Module):
         k_BTGC = k_BTGC * cos_BT1C + rotate_half(k_BTGC) * sin_BT1C
         q_BHTC = q_BTHC.transpose(1, 2)
         if kv_cache is None:
+            k_BGPC, v_BGPC = k_BTGC.transpose(1, 2), v_BTGC.transpose(1, 2)
+            if kv_out is not None:
+                kv_out.append((k_BGPC, v_BGPC))
+            if past_kv is not None:  # keys/values of earlier positions (a shared prefix), differentiable
+                k_BGPC, v_BGPC = torch.cat([past_kv[0], k_BGPC], 2), torch.cat([past_kv[1], v_BGPC], 2)
             o_BHTC = F.scaled_dot_product_attention(
-                q_BHTC, k_BTGC.transpose(1, 2), v_BTGC.transpose(1, 2), is_causal=True,
+                q_BHTC, k_BGPC, v_BGPC, attn_mask=attn_mask_B1TP, is_causal=attn_mask_B1TP is None,
                 enable_gqa=self.G != self.H)
         else:
             k_SGLC, v_SGLC = kv_cache
@@ -288,8 +295,10 @@ class Block(nn.Module):
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
 
-    def forward(self, x_BTD, cos_BTC, sin_BTC, kv_cache=None, step=None, replay_NK=None, min_ratio=None):
-        x_BTD = x_BTD + self.self_attn(self.input_layernorm(x_BTD), cos_BTC, sin_BTC, kv_cache, step)
+    def forward(self, x_BTD, cos_BTC, sin_BTC, kv_cache=None, step=None, replay_NK=None, min_ratio=None,
+                attn_mask_B1TP=None, past_kv=None, kv_out=None):
+        x_BTD = x_BTD + self.self_attn(self.input_layernorm(x_BTD), cos_BTC, sin_BTC, kv_cache, step,
+                                       attn_mask_B1TP, past_kv, kv_out)
         h_BTD = self.post_attention_layernorm(x_BTD)
         if isinstance(self.mlp, MoE):
             y_BTD, idx_NK, n_replaced = self.mlp(h_BTD, replay_NK, min_ratio)
@@ -369,6 +378,7 @@ class ModelOutput:
     hidden: torch.Tensor                     # [B, T, D] final-normed: logits = lm_head(hidden); MTP depth 1 reads it
     routed_experts: torch.Tensor | None = None  # [B, T, Y, K] int32 experts used, when asked
     replaced_experts: int = 0                # replayed experts swapped by the plausibility rule
+    key_values: list | None = None           # per layer (k, v) [B, G, T, C] of this call, when asked
 
 
 # ---- the model ----------------------------------------------------------------------------
@@ -410,8 +420,18 @@ class Transformer(nn.Module):
     def forward(self, input_ids: torch.Tensor, cache: KVCache | None = None,
                 slots: torch.Tensor | None = None, *, routed_experts: torch.Tensor | None = None,
                 replay_min_ratio: float | None = None, return_routed_experts: bool = False,
-                compute_logits: bool = True) -> ModelOutput:
+                compute_logits: bool = True, position_ids: torch.Tensor | None = None,
+                attention_mask: torch.Tensor | None = None, past_key_values: list | None = None,
+                return_key_values: bool = False) -> ModelOutput:
         """input_ids [B, T] -> ModelOutput. See the module docstring for the cached mode and replay.
+
+        Full recompute with a differentiable prefix (rl/packing.py shares a group's prompt this
+        way): past_key_values, per layer (k [B, G, P', C], v), are keys/values of P' earlier
+        positions that the T new tokens attend to before their own; position_ids [B, T] place the
+        new tokens; attention_mask [B, 1, T, P'+T] (bool, True = query t sees key p; default
+        causal over this call only) says which keys each query sees, and every query must see at
+        least one (a softmax over nothing is nan). return_key_values puts this call's own
+        per-layer (k, v) in ModelOutput.key_values, to pass as another call's past_key_values.
 
         routed_experts: [B, T, Y, K] expert ids to replay (any int dtype; a token row with a
         negative id uses the router). replay_min_ratio: None, or r in [0, 1].
@@ -425,9 +445,15 @@ class Transformer(nn.Module):
                              f"{[B, T, len(cfg.moe_layers), cfg.num_experts_per_tok]}, got {list(routed_experts.shape)}")
         if replay_min_ratio is not None and not 0.0 <= replay_min_ratio <= 1.0:
             raise ValueError(f"replay_min_ratio must be in [0, 1], got {replay_min_ratio}")
+        if cache is not None and (position_ids is not None or attention_mask is not None or past_key_values is not None
+                                  or return_key_values):
+            raise ValueError("position_ids, attention_mask and key values are for the full-recompute mode; "
+                             "the cache handles positions and keys itself")
         x_BTD = self.embed_tokens(input_ids)
         step = None
-        if cache is None:
+        if position_ids is not None:
+            pos_BT = position_ids
+        elif cache is None:
             pos_BT = torch.arange(T, device=input_ids.device)[None]
         else:
             slots = torch.as_tensor(slots, dtype=torch.int64, device=input_ids.device)
@@ -435,12 +461,15 @@ class Transformer(nn.Module):
             pos_BT = step.pos_BT
         cos_BTC, sin_BTC = self.rope(pos_BT, x_BTD.dtype)
         experts_Y, n_replaced = [], 0
+        key_values = [] if return_key_values else None
         for i, layer in enumerate(self.layers):
             replay_NK = None
             if routed_experts is not None and isinstance(layer.mlp, MoE):
                 replay_NK = routed_experts[:, :, len(experts_Y)].reshape(B * T, -1)
             kv = cache.layer(i) if cache is not None else None
-            x_BTD, idx_NK, n = layer(x_BTD, cos_BTC, sin_BTC, kv, step, replay_NK, replay_min_ratio)
+            past = past_key_values[i] if past_key_values is not None else None
+            x_BTD, idx_NK, n = layer(x_BTD, cos_BTC, sin_BTC, kv, step, replay_NK, replay_min_ratio, attention_mask,
+                                     past, key_values)
             if idx_NK is not None:
                 experts_Y.append(idx_NK)
                 n_replaced = n_replaced + n
@@ -450,7 +479,7 @@ class Transformer(nn.Module):
             routed = (torch.stack(experts_Y, dim=1).view(B, T, len(experts_Y), -1).to(torch.int32) if experts_Y
                       else torch.zeros(B, T, 0, cfg.num_experts_per_tok, dtype=torch.int32, device=input_ids.device))
         return ModelOutput(logits=self.lm_head(h_BTD) if compute_logits else None, hidden=h_BTD,
-                           routed_experts=routed, replaced_experts=int(n_replaced))
+                           routed_experts=routed, replaced_experts=int(n_replaced), key_values=key_values)
 
     # ---- multi-token prediction -----------------------------------------------------------
 

@@ -64,6 +64,7 @@ from opencomposer.model.tokenizer import TOKENIZER_FILE, Tokenizer, bundled_toke
 from opencomposer.pretrain import checkpoint as ckpt
 from opencomposer.pretrain.config import MTPConfig, OptimConfig, PhaseConfig
 from opencomposer.pretrain.train import Metrics, lr_at, make_optimizer
+from opencomposer.rl.packing import forward_packed, pack
 
 _CACHE_VERSION = 1  # bump when rendering changes meaning
 TRAJECTORIES = "trajectories.jsonl"
@@ -319,21 +320,34 @@ def collate(examples: list[tuple[np.ndarray, np.ndarray]], pad_id: int) -> tuple
 
 # ----------------------------------------------------------------------------- the loss
 
+def hidden_states(model: Transformer, ids_BL: torch.Tensor, lengths_B: list[int] | None) -> torch.Tensor:
+    """The final hidden states [B, L-1, D] of the inputs ids_BL[:, :-1] (right-padded). With the
+    examples' lengths, the batch's common prefix (the system turn every example starts with) runs
+    once: rl/packing.py's two calls, gathered back (exact up to float rounding)."""
+    if lengths_B is None:
+        return model(ids_BL[:, :-1], compute_logits=False).hidden
+    p = pack([ids_BL[b, :n].numpy() for b, n in enumerate(lengths_B)], [0] * len(lengths_B), ids_BL.shape[1] - 1)
+    hidden_ND, _, _ = forward_packed(model, p, compute_logits=False)
+    return hidden_ND[p.index_BT]
+
+
 def sft_loss(model: Transformer, ids_BL: torch.Tensor, mask_BL: torch.Tensor,
-             mtp: MTPConfig | None = None) -> tuple[torch.Tensor, dict[str, float]]:
-    """The masked next-token loss (+ MTP) of one batch; mask_BL[b, t] = 1 when token t is a target."""
+             mtp: MTPConfig | None = None, lengths_B: list[int] | None = None) -> tuple[torch.Tensor, dict[str, float]]:
+    """The masked next-token loss (+ MTP) of one batch; mask_BL[b, t] = 1 when token t is a target.
+    lengths_B (tokens per example) lets the batch's shared prefix run once (`hidden_states`)."""
     x_BT, y_BT, m_BT = ids_BL[:, :-1], ids_BL[:, 1:], mask_BL[:, 1:]
     use_mtp = mtp is not None and mtp.weight > 0 and len(model.mtp) > 0 and x_BT.shape[1] > 2
-    out = model(x_BT, compute_logits=use_mtp)
+    hidden_BTD = hidden_states(model, ids_BL, lengths_B)
+    out_logits = model.lm_head(hidden_BTD) if use_mtp else None
     sel_BT = m_BT > 0
-    logits_NV = out.logits[sel_BT] if use_mtp else model.lm_head(out.hidden[sel_BT])
+    logits_NV = out_logits[sel_BT] if use_mtp else model.lm_head(hidden_BTD[sel_BT])
     main = F.cross_entropy(logits_NV.float(), y_BT[sel_BT])
     stats = {"loss_main": float(main.detach()), "targets": int(sel_BT.sum())}
     if not use_mtp:
         return main, stats
-    hidden = out.hidden.detach() if mtp.detach else out.hidden
+    hidden = hidden_BTD.detach() if mtp.detach else hidden_BTD
     # depth k's targets are x[:, k+1:]; x[:, t] is a target of the SFT loss iff mask[:, t] = 1
-    weighted, per_depth = mtp_loss(model.mtp_logits(x_BT, hidden), x_BT, mode=mtp.mode, main_logits=out.logits,
+    weighted, per_depth = mtp_loss(model.mtp_logits(x_BT, hidden), x_BT, mode=mtp.mode, main_logits=out_logits,
                                    weight=mtp.weight, loss_mask=mask_BL[:, :-1])
     stats["loss_mtp"] = float(torch.stack(per_depth).mean().detach()) if per_depth else 0.0
     return main + weighted, stats
@@ -346,7 +360,7 @@ def evaluate(model: Transformer, examples: list[tuple[np.ndarray, np.ndarray]], 
     total, n = 0.0, 0
     for i in range(0, len(examples), batch_size):
         ids, mask = collate(examples[i:i + batch_size], pad_id)
-        loss, stats = sft_loss(model, ids, mask, None)
+        loss, stats = sft_loss(model, ids, mask, None, [len(x) for x, _ in examples[i:i + batch_size]])
         total, n = total + float(loss) * stats["targets"], n + stats["targets"]
     return total / max(n, 1)
 
@@ -468,7 +482,7 @@ def train_sft(cfg: SFTConfig, *, resume: bool = False, console: Console | None =
                     group["lr"] = lr
                 t0 = time.perf_counter()
                 ids, mask = collate(batch, pad)
-                loss, stats = sft_loss(model, ids, mask, cfg.mtp)
+                loss, stats = sft_loss(model, ids, mask, cfg.mtp, [len(x) for x, _ in batch])
                 loss.backward()
                 grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.optim.grad_clip or float("inf"))
                 optimizer.step()

@@ -177,7 +177,11 @@ class TrainerActor:
 
     def step(self, groups: list, micro_batch: int) -> dict:
         mine = groups[self.rank::self.world] if len(groups) >= self.world else groups
-        self.trainer.train_cfg = self.trainer.train_cfg.model_copy(update={"micro_batch_size": micro_batch})
+        # One forward and backward per rank and step, whatever the advantages and prefixes: FSDP's
+        # collectives pair the ranks' calls up, so neither skipping zero-advantage samples nor the
+        # packed layout (one model call or two, by the data) may differ between ranks.
+        self.trainer.train_cfg = self.trainer.train_cfg.model_copy(
+            update={"micro_batch_size": micro_batch, "skip_zero_advantage": False, "pack_prefixes": False})
         return self.trainer.step(mine)
 
     def version(self) -> int:

@@ -8,11 +8,14 @@
      r_i ← r_i − β·Σ_t kl_t(behav, ref) over the sample's generated tokens (k1 by default:
      Composer 2's KL-in-reward; losses.kl_in_reward);
   3. advantages per group (advantages.compute_advantages: Dr. GRPO by default);
-  4. per micro-batch: forward with router replay (the engine's experts, the plausibility
+  4. drop the samples whose advantage is 0 (all of a degenerate group's): their loss and
+     gradient are 0, so not running them changes nothing but the time (unless KL is in the
+     loss; train.skip_zero_advantage); the normalisers below stay the whole batch's;
+  5. per micro-batch (whole groups, their shared prefix run once: rl/packing.py): forward with router replay (the engine's experts, the plausibility
      threshold train.replay_min_ratio; replaced experts counted), log π_θ(target) of
      logits / temperature, losses.policy_loss, backward of the loss scaled so the sum over
      micro-batches is the full-batch loss (below);
-  5. clip the global grad norm, AdamW step, policy version += 1.
+  6. clip the global grad norm, AdamW step (optim.warmup_steps of linear warm-up), policy version += 1.
 
 Loss normalisation over micro-batches (b = micro-batch, B samples in the batch):
     constant             Σ_b loss_b·B_b/B with one T_c for all (loss.loss_norm_tokens, else the
@@ -27,11 +30,12 @@ is_weight_*, grad_norm, entropy, mismatch/abs_logp_diff (mean |log π_θ − log
 tokens) and mismatch/kl_k3 (KL(μ‖π_θ) by k3), replay/replaced_experts and replay/replaced_frac,
 staleness/mean and /max (trainer version − the oldest version of each sample's tokens),
 reward/mean|std, reward/kl (−β·Σ kl, mean), advantage/abs_mean, groups/degenerate_frac,
-tokens/{total,generated}, tokens/s (train tokens per second of this step), time/step_s.
+tokens/{total,generated}, tokens/s (train tokens per second of this step), time/step_s,
+samples/skipped_zero_advantage. entropy and mismatch/* are over the samples that ran.
 
 Covered: single-device training of opencomposer's Transformer, one optimiser step per batch
 (single epoch, [R §4]). Left out: FSDP/multi-device (a parallelize step around `model`), LR
-schedules, MTP losses during RL.
+decay schedules, MTP losses during RL.
 """
 
 from __future__ import annotations
@@ -51,6 +55,7 @@ from opencomposer.model import ModelConfig, Transformer, load_pretrained
 from opencomposer.rl.advantages import AdvantageConfig, compute_advantages, degenerate_groups
 from opencomposer.rl.buffer import Group, Sample
 from opencomposer.rl.losses import PolicyLossConfig, kl_in_reward, policy_loss
+from opencomposer.rl.packing import Packed, forward_packed, pack
 from opencomposer.rl.rewards import RewardConfig
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
@@ -170,6 +175,13 @@ class Trainer:
         if self.needs_ref:
             self.ref_model = (ref_model if ref_model is not None else copy.deepcopy(model)).eval()
             self.ref_model.requires_grad_(False)
+        for prefix in train.frozen:
+            hit = [p for name, p in model.named_parameters() if name.startswith(prefix)]
+            if not hit:
+                raise ConfigError(f"train.frozen: no parameter name starts with {prefix!r} "
+                                  f"(names look like {next(iter(dict(model.named_parameters())))!r})")
+            for p in hit:
+                p.requires_grad_(False)
         params = [p for p in model.parameters() if p.requires_grad]
         if not params:
             raise ConfigError("the model has no trainable parameters (every tensor has requires_grad=False)")
@@ -185,18 +197,45 @@ class Trainer:
 
     # ---- the step ------------------------------------------------------------------------
 
-    def _logits(self, model: Transformer, mb: Batch, replay: bool) -> tuple[torch.Tensor, int]:
-        out = model(mb.input_ids_BT, routed_experts=mb.routed_BTYK if replay else None,
-                    replay_min_ratio=self.train_cfg.replay_min_ratio if replay else None)
-        return out.logits / self.temperature, out.replaced_experts
+    def _forward(self, model: Transformer, mb: Batch, packed: Packed | None,
+                 replay: bool) -> tuple[torch.Tensor, torch.Tensor, int]:
+        """(log π(target) [Bm, Tm] float32, logits [Bm, Tm, V] or, packed, [R*L, V] with the
+        packed index of each target position, replaced experts)."""
+        ratio = self.train_cfg.replay_min_ratio if replay else None
+        if packed is None:
+            out = model(mb.input_ids_BT, routed_experts=mb.routed_BTYK if replay else None, replay_min_ratio=ratio)
+            logits = out.logits / self.temperature
+            return target_logprobs(logits, mb.target_ids_BT), logits, out.replaced_experts
+        _, logits_NV, replaced = forward_packed(model, packed, replay, ratio)
+        logits_NV = (logits_NV / self.temperature).float()
+        idx_BT = packed.index_BT[:, :mb.target_ids_BT.shape[1]]
+        logp_BT = logits_NV[idx_BT, mb.target_ids_BT] - torch.logsumexp(logits_NV, dim=-1)[idx_BT]
+        return logp_BT, logits_NV, replaced
+
+    def _micro_batches(self, samples: Sequence[Sample], batch: Batch) -> list[tuple[int, int, Packed | None]]:
+        """Sample ranges [i, j) per forward; packed, they hold whole groups (rl/packing.py)."""
+        B, mbs = len(samples), self.train_cfg.micro_batch_size
+        if not self.train_cfg.pack_prefixes:
+            return [(i, min(i + mbs, B), None) for i in range(0, B, mbs)]
+        out, i = [], 0
+        while i < B:
+            j = i + 1
+            while j < B and (j - i < mbs or samples[j].group_id == samples[j - 1].group_id):
+                j += 1
+            mb_samples = samples[i:j]
+            out.append((i, j, pack([s.token_ids for s in mb_samples], [s.group_id for s in mb_samples],
+                                   int(batch.lengths_B[i:j].max()), self._moe_shape,
+                                   [s.routed_experts for s in mb_samples])))
+            i = j
+        return out
 
     @torch.no_grad()
-    def _ref_logprobs(self, batch: Batch, mbs: list[tuple[int, int]]) -> torch.Tensor:
+    def _ref_logprobs(self, batch: Batch, mbs: list[tuple[int, int, Packed | None]]) -> torch.Tensor:
         out = torch.zeros_like(batch.behav_logp_BT)
-        for i, j in mbs:
+        for i, j, packed in mbs:
             mb = batch.slice(i, j)
-            logits, _ = self._logits(self.ref_model, mb, replay=False)  # the reference routes for itself
-            out[i:j, :mb.input_ids_BT.shape[1]] = target_logprobs(logits, mb.target_ids_BT)
+            logp, _, _ = self._forward(self.ref_model, mb, packed, replay=False)  # the reference routes for itself
+            out[i:j, :mb.input_ids_BT.shape[1]] = logp
         return out
 
     def step(self, groups: Sequence[Group]) -> dict[str, float]:
@@ -209,12 +248,11 @@ class Trainer:
         gid_B = torch.tensor([group_index[s.group_id] for s in samples])
         batch = collate(samples, self._moe_shape)
         B, T = batch.mask_BT.shape
-        mbs = [(i, min(i + self.train_cfg.micro_batch_size, B)) for i in range(0, B, self.train_cfg.micro_batch_size)]
         metrics: dict[str, float] = {}
 
         # KL-in-reward against the frozen reference, then group-relative advantages.
         rewards_B = torch.tensor([s.reward for s in samples], dtype=torch.float64)
-        ref_logp_BT = self._ref_logprobs(batch, mbs) if self.needs_ref else None
+        ref_logp_BT = self._ref_logprobs(batch, self._micro_batches(samples, batch)) if self.needs_ref else None
         if self.reward_cfg.kl_coef > 0:
             kl_B = kl_in_reward(batch.behav_logp_BT, ref_logp_BT, batch.mask_BT, self.reward_cfg.kl_estimator)
             kl_term_B = -self.reward_cfg.kl_coef * kl_B.double()
@@ -226,6 +264,19 @@ class Trainer:
         agg = self.loss_cfg.aggregation
         n_mask = int(batch.mask_BT.sum())
         n_seq = int((batch.mask_BT.sum(-1) > 0).sum())
+        # A sample with advantage 0 (every sample of a degenerate group) has loss and gradient 0
+        # under every policy_loss variant: it is not run. The normalisers above stay the whole
+        # batch's, so the step is exactly the full batch's. KL-in-the-loss has a gradient of its own.
+        skip = self.train_cfg.skip_zero_advantage and self.loss_cfg.kl_loss_coef == 0
+        run_B = adv_B != 0 if skip else torch.ones(B, dtype=torch.bool)
+        run, run_adv_B = samples, adv_B
+        if not bool(run_B.all()):
+            run = [samples[i] for i in run_B.nonzero().squeeze(1).tolist()]
+            run_adv_B = adv_B[run_B]
+        run_batch = collate(run, self._moe_shape) if run and len(run) < B else batch
+        metrics["samples/skipped_zero_advantage"] = float(B - len(run))
+        mbs = self._micro_batches(run, run_batch) if run else []
+        n_run = int(run_batch.mask_BT.sum()) if run else 0
         if agg == "constant":
             mb_cfg = self.loss_cfg.model_copy(update={"loss_norm_tokens": self.loss_cfg.loss_norm_tokens or T})
         elif agg == "token_mean":  # a per-micro-batch sum: "constant" with T_c = 1 is Σ L·m / B_b
@@ -238,12 +289,11 @@ class Trainer:
         weight_sum: dict[str, float] = {}
         loss_total, replaced = 0.0, 0
         diff_sum = entropy_sum = 0.0
-        for i, j in mbs:
-            mb = batch.slice(i, j)
+        for i, j, packed in mbs:
+            mb = run_batch.slice(i, j)
             Bm, Tm = mb.mask_BT.shape
-            logits, n_rep = self._logits(self.model, mb, replay=self._moe_shape is not None)
+            logp_BT, logits, n_rep = self._forward(self.model, mb, packed, replay=self._moe_shape is not None)
             replaced += n_rep
-            logp_BT = target_logprobs(logits, mb.target_ids_BT)
             extra = {}
             if self.loss_cfg.off_policy in ("truncated_is", "masked_is"):
                 extra["old_logp_BT"] = logp_BT.detach()   # one step per batch: π_old = π_θ before the step
@@ -251,7 +301,7 @@ class Trainer:
                 extra["prox_logp_BT"] = logp_BT.detach()
             if self.loss_cfg.kl_loss_coef > 0:
                 extra["ref_logp_BT"] = ref_logp_BT[i:j, :Tm]
-            loss, m = policy_loss(logp_BT, mb.behav_logp_BT, adv_B[i:j], mb.mask_BT, mb_cfg, **extra)
+            loss, m = policy_loss(logp_BT, mb.behav_logp_BT, run_adv_B[i:j], mb.mask_BT, mb_cfg, **extra)
             if agg == "constant":
                 scale = Bm / B
             elif agg == "token_mean":
@@ -278,13 +328,17 @@ class Trainer:
                 diff_sum += (logp_BT.detach() - mb.behav_logp_BT).abs()[mask].sum().item()
                 logits_f = logits.detach().float()
                 lse = torch.logsumexp(logits_f, -1)
-                ent_BT = lse - (torch.softmax(logits_f, -1) * logits_f).sum(-1)
+                ent = lse - (torch.softmax(logits_f, -1) * logits_f).sum(-1)
+                ent_BT = ent if packed is None else ent[packed.index_BT[:, :Tm]]
                 entropy_sum += ent_BT[mask].sum().item()
             del logits, logp_BT, loss
 
         params = [p for g in self.optimizer.param_groups for p in g["params"]]
         clip = self.train_cfg.optim.grad_clip
         grad_norm = torch.nn.utils.clip_grad_norm_(params, clip if clip is not None else math.inf)
+        lr = self.lr_at(self.steps)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.version += 1
@@ -293,13 +347,14 @@ class Trainer:
 
         metrics.update({k: v / weight_sum[k] for k, v in sums.items()})
         metrics["mismatch/kl_k3"] = metrics.pop("kl_behav_k3", 0.0)
-        metrics["mismatch/abs_logp_diff"] = diff_sum / max(n_mask, 1)
+        metrics["mismatch/abs_logp_diff"] = diff_sum / max(n_run, 1)
         metrics["loss"] = loss_total
         metrics["grad_norm"] = float(grad_norm)
-        metrics["entropy"] = entropy_sum / max(n_mask, 1)
+        metrics["entropy"] = entropy_sum / max(n_run, 1)
         replay_slots = 0
-        if self._moe_shape is not None:
-            replay_slots = int((batch.routed_BTYK[..., 0] >= 0).sum()) * self._moe_shape[1]
+        if self._moe_shape is not None:  # replayed (position, expert) pairs the forwards computed
+            replay_slots = sum(int((run_batch.routed_BTYK[i:j, ..., 0] >= 0).sum()) if p is None else p.replay_rows()
+                               for i, j, p in mbs) * self._moe_shape[1]
         metrics["replay/replaced_experts"] = float(replaced)
         metrics["replay/replaced_frac"] = replaced / replay_slots if replay_slots else 0.0
         versions = [s.oldest_version() for s in samples]
@@ -318,7 +373,13 @@ class Trainer:
         metrics["tokens/s"] = n_tokens / dt
         metrics["time/step_s"] = dt
         metrics["policy_version"] = float(self.version)
+        metrics["lr"] = lr
         return metrics
+
+    def lr_at(self, step: int) -> float:
+        """The learning rate of step `step` (0-based): linear warm-up, then constant."""
+        o = self.train_cfg.optim
+        return o.lr * min(1.0, (step + 1) / o.warmup_steps) if o.warmup_steps else o.lr
 
     # ---- checkpointing -------------------------------------------------------------------
 

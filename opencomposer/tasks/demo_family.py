@@ -56,9 +56,11 @@ MAX_DIFFICULTY = 4
 DEMO_SYSTEM_PROMPT = ("You fix bugs in the project in /workspace. Read the file, then fix the bug "
                       "with edit_file. Reply without tool calls when done.")
 DEMO_AGENT = AgentConfig(system_prompt=DEMO_SYSTEM_PROMPT, tools=["read_file", "edit_file"], compact_tools=True,
-                         max_turns=4, max_total_tokens=512, max_new_tokens=160, summarize_at=None, context_window=1024)
+                         max_turns=4, max_total_tokens=512, max_new_tokens=160, summarize_at=None, context_window=1024,
+                         max_tool_errors=1)
 """The demo's environment: tool subset with compact schemas (a system turn of ~190 tokens instead
-of ~590), short prompt, 4 turns (read, edit, answer, one spare)."""
+of ~590), short prompt, 4 turns (read, edit, answer, one spare), and the episode ends at the first
+failed tool call (no success of the SFT checkpoint ever followed one; docs/demo-design.md)."""
 
 PACKAGES = ["shop", "bank", "garden", "fleet", "clinic", "arcade", "market", "school", "harbor", "studio",
             "orchard", "depot", "bakery", "museum", "ranch", "lab", "farm", "hotel", "gym", "atlas"]

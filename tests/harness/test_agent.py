@@ -114,6 +114,17 @@ async def test_limits_end_the_episode_with_their_stop_reason(ws, config, reason)
         assert 30 <= t.counts.completion_tokens < 30 + t.turns[-1].completion_tokens
 
 
+async def test_max_tool_errors_ends_the_episode_after_that_many_failed_calls(ws):
+    bad_json = {"id": "b0", "type": "function", "function": {"name": "read_file", "arguments": "{path"}}
+    policy = ScriptedPolicy([reply(call("read_file", path="a.py")), reply(call("read_file", path="missing.py")),
+                             reply(bad_json), FINAL])
+    t = await Agent(policy, ws, AgentConfig(max_tool_errors=2)).run("look")
+    assert t.stop_reason == "tool_errors" and t.counts.turns == 3 and t.counts.tool_errors == 2
+    assert t.messages[-1]["role"] == "tool" and t.messages[-1]["content"].startswith("Error: ")  # the model's view
+    t = await Agent(ScriptedPolicy([reply(call("read_file", path="missing.py")), FINAL]), ws).run("look")
+    assert t.stop_reason == "final"  # no limit by default
+
+
 async def test_wall_time_interrupts_a_slow_policy_call(ws):
     class Slow(ScriptedPolicy):
         async def chat(self, messages, tools):

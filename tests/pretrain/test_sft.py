@@ -165,3 +165,28 @@ def test_config_without_data_is_refused(tmp_path, base_model):
     cfg = load_config(config(tmp_path, base_model, tmp_path / "x.jsonl", data={}))
     with pytest.raises(ConfigError, match="no SFT data"):
         train_sft(cfg)
+
+
+@pytest.mark.parametrize("with_mtp", [False, True])
+def test_a_batch_sharing_its_system_turn_gives_the_unpacked_loss_and_gradients(collected, base_model, with_mtp):
+    """sft_loss with the examples' lengths runs the common prefix once (rl/packing.py); loss and
+    gradients are those of the plain padded forward."""
+    from opencomposer.pretrain.config import MTPConfig
+    from opencomposer.pretrain.sft import collate, sft_loss
+
+    tok = bundled_tokenizer()
+    examples = [tuple(map(torch.tensor, render(t, tok)[0])) for t in read_jsonl(collected[1])]
+    examples = [(i.numpy(), m.numpy()) for i, m in examples]
+    ids, mask = collate(examples, 0)
+    mtp = MTPConfig(mode="distill", weight=0.3) if with_mtp else None
+    got = {}
+    for lengths in (None, [len(i) for i, _ in examples]):
+        model = load_pretrained(base_model)
+        loss, stats = sft_loss(model, ids, mask, mtp, lengths)
+        loss.backward()
+        got[lengths is None] = (loss.item(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})
+    (l0, g0), (l1, g1) = got[True], got[False]
+    assert l1 == pytest.approx(l0, rel=1e-5)
+    assert g0.keys() == g1.keys()
+    for name in g0:
+        torch.testing.assert_close(g1[name], g0[name], rtol=1e-4, atol=1e-6, msg=name)

@@ -104,8 +104,8 @@ def engine_groups(model, n_prompts=2, G=4, max_new=12):
     shape = (len(cfg.moe_layers), cfg.num_experts_per_tok)
     groups = []
     for p in range(n_prompts):
-        samples = [sample_from_result(r, float(len(r.output_ids) % 3), f"g{p}", f"t{p}", shape)
-                   for r in results[p * G:(p + 1) * G]]
+        samples = [sample_from_result(r, float(j), f"g{p}", f"t{p}", shape)  # distinct rewards: no sample skipped
+                   for j, r in enumerate(results[p * G:(p + 1) * G])]
         groups.append(Group(f"g{p}", f"t{p}", samples))
     return groups
 
@@ -199,6 +199,19 @@ def test_off_policy_corrections_run_and_report_is_stats(off_policy):
         assert m["is_weight_max"] >= m["is_weight_mean"] >= m["is_weight_min"] > 0
 
 
+def test_train_frozen_prefixes_keep_those_tensors_fixed_and_typos_are_named():
+    from opencomposer.errors import ConfigError
+
+    model = tiny_model()
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    trainer = Trainer(model, TrainConfig(frozen=["embed_tokens", "lm_head"], optim={"lr": 1e-2}), reward=NO_KL)
+    trainer.step(random_groups())
+    for n, p in model.named_parameters():
+        assert torch.equal(p, before[n]) == n.startswith(("embed_tokens", "lm_head")), n
+    with pytest.raises(ConfigError, match="embeddings"):
+        Trainer(tiny_model(), TrainConfig(frozen=["embeddings"]), reward=NO_KL)
+
+
 def test_frozen_parameters_are_not_optimised():
     model = tiny_model()
     model.embed_tokens.weight.requires_grad_(False)
@@ -237,3 +250,45 @@ def test_a_summarized_episode_counts_once_in_its_group_mean():
         s.info.clear()
     adv = trajectory_advantages(samples, torch.tensor([1.0, 1.0, 0.0], dtype=torch.float64), gid, AdvantageConfig())
     assert adv.tolist() == pytest.approx([1 / 3, 1 / 3, -2 / 3])
+
+
+def test_zero_advantage_samples_are_skipped_without_changing_the_step():
+    """A degenerate group (equal rewards) has advantage 0 and is not run; the gradient is still
+    that of policy_loss over the whole batch (normalisers of the whole batch)."""
+    from opencomposer.rl.advantages import compute_advantages
+    from opencomposer.rl.losses import policy_loss
+
+    groups = random_groups(n_groups=3, G=3)
+    for s in groups[1].samples:
+        s.reward = 1.0
+    samples = [s for g in groups for s in g.samples]
+    for agg in ("constant", "token_mean", "seq_mean_token_mean"):
+        cfg = PolicyLossConfig(aggregation=agg)
+        model = tiny_model()
+        batch = collate(samples, None)
+        adv = compute_advantages(torch.tensor([s.reward for s in samples], dtype=torch.float64),
+                                 group_ids=torch.tensor([int(s.group_id[1:]) for s in samples])).float()
+        assert (adv[3:6] == 0).all()
+        logp = target_logprobs(model(batch.input_ids_BT).logits, batch.target_ids_BT)
+        policy_loss(logp, batch.behav_logp_BT, adv, batch.mask_BT, cfg)[0].backward()
+        want = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+        trainer = Trainer(tiny_model(), TrainConfig(router_replay=False, micro_batch_size=2, optim={"grad_clip": None}),
+                          cfg, reward=NO_KL)
+        got = grads_after_step(trainer, groups)
+        assert trainer.steps == 1 and got.keys() == want.keys()
+        for name in want:
+            torch.testing.assert_close(got[name], want[name], rtol=1e-4, atol=1e-7, msg=f"{agg} {name}")
+    m = Trainer(tiny_model(), TrainConfig(), reward=NO_KL).step(groups)
+    assert m["samples/skipped_zero_advantage"] == 3 and m["groups/degenerate_frac"] == pytest.approx(1 / 3)
+    all_tied = random_groups(n_groups=1, G=3)
+    for s in all_tied[0].samples:
+        s.reward = 0.0
+    m = Trainer(tiny_model(), TrainConfig(), reward=NO_KL).step(all_tied)  # nothing to run: a step all the same
+    assert m["samples/skipped_zero_advantage"] == 3 and m["policy_version"] == 1 and m["grad_norm"] == 0
+
+
+def test_warmup_ramps_the_learning_rate_linearly_then_holds():
+    trainer = Trainer(tiny_model(), TrainConfig(optim={"lr": 1e-3, "warmup_steps": 4}), reward=NO_KL)
+    lrs = [trainer.step(random_groups(seed=i))["lr"] for i in range(5)]
+    assert lrs == pytest.approx([2.5e-4, 5e-4, 7.5e-4, 1e-3, 1e-3])
+    assert trainer.optimizer.param_groups[0]["lr"] == pytest.approx(1e-3)
