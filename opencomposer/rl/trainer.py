@@ -199,18 +199,29 @@ class Trainer:
 
     def _forward(self, model: Transformer, mb: Batch, packed: Packed | None,
                  replay: bool) -> tuple[torch.Tensor, torch.Tensor, int]:
-        """(log π(target) [Bm, Tm] float32, logits [Bm, Tm, V] or, packed, [R*L, V] with the
-        packed index of each target position, replaced experts)."""
+        """(log π(target) [Bm, Tm] float32, 0 off the loss mask; entropy of π at each loss-mask
+        position [M], no grad; replaced experts). The output head runs only where the loss needs
+        it (most positions are prompt and tool output); packed, a position that several samples
+        share runs once."""
         ratio = self.train_cfg.replay_min_ratio if replay else None
+        Bm, Tm = mb.target_ids_BT.shape
         if packed is None:
-            out = model(mb.input_ids_BT, routed_experts=mb.routed_BTYK if replay else None, replay_min_ratio=ratio)
-            logits = out.logits / self.temperature
-            return target_logprobs(logits, mb.target_ids_BT), logits, out.replaced_experts
-        _, logits_NV, replaced = forward_packed(model, packed, replay, ratio)
-        logits_NV = (logits_NV / self.temperature).float()
-        idx_BT = packed.index_BT[:, :mb.target_ids_BT.shape[1]]
-        logp_BT = logits_NV[idx_BT, mb.target_ids_BT] - torch.logsumexp(logits_NV, dim=-1)[idx_BT]
-        return logp_BT, logits_NV, replaced
+            out = model(mb.input_ids_BT, routed_experts=mb.routed_BTYK if replay else None, replay_min_ratio=ratio,
+                        compute_logits=False)
+            hidden_ND, replaced = out.hidden.flatten(0, 1), out.replaced_experts
+            idx_BT = torch.arange(Bm * Tm).view(Bm, Tm)
+        else:
+            hidden_ND, _, replaced = forward_packed(model, packed, replay, ratio, compute_logits=False)
+            idx_BT = packed.index_BT[:, :Tm]
+        mask = mb.mask_BT
+        pos_U, inv_M = torch.unique(idx_BT[mask], return_inverse=True)
+        logits_UV = (model.lm_head(hidden_ND[pos_U]) / self.temperature).float()
+        lse_U = torch.logsumexp(logits_UV, dim=-1)
+        logp_M = logits_UV[inv_M, mb.target_ids_BT[mask]] - lse_U[inv_M]
+        logp_BT = torch.zeros(Bm, Tm, dtype=logp_M.dtype).index_put(mask.nonzero(as_tuple=True), logp_M)
+        with torch.no_grad():
+            ent_U = lse_U - (torch.softmax(logits_UV, -1) * logits_UV).sum(-1)
+        return logp_BT, ent_U[inv_M], replaced
 
     def _micro_batches(self, samples: Sequence[Sample], batch: Batch) -> list[tuple[int, int, Packed | None]]:
         """Sample ranges [i, j) per forward; packed, they hold whole groups (rl/packing.py)."""
@@ -292,7 +303,7 @@ class Trainer:
         for i, j, packed in mbs:
             mb = run_batch.slice(i, j)
             Bm, Tm = mb.mask_BT.shape
-            logp_BT, logits, n_rep = self._forward(self.model, mb, packed, replay=self._moe_shape is not None)
+            logp_BT, ent_M, n_rep = self._forward(self.model, mb, packed, replay=self._moe_shape is not None)
             replaced += n_rep
             extra = {}
             if self.loss_cfg.off_policy in ("truncated_is", "masked_is"):
@@ -326,12 +337,8 @@ class Trainer:
             with torch.no_grad():
                 mask = mb.mask_BT
                 diff_sum += (logp_BT.detach() - mb.behav_logp_BT).abs()[mask].sum().item()
-                logits_f = logits.detach().float()
-                lse = torch.logsumexp(logits_f, -1)
-                ent = lse - (torch.softmax(logits_f, -1) * logits_f).sum(-1)
-                ent_BT = ent if packed is None else ent[packed.index_BT[:, :Tm]]
-                entropy_sum += ent_BT[mask].sum().item()
-            del logits, logp_BT, loss
+                entropy_sum += ent_M.sum().item()
+            del logp_BT, loss
 
         params = [p for g in self.optimizer.param_groups for p in g["params"]]
         clip = self.train_cfg.optim.grad_clip
