@@ -122,6 +122,8 @@ class RLStage(_Strict):
     """Linear learning-rate warm-up (RL's first Adam steps are otherwise sign-like)."""
     frozen: list[str] = []
     """Parameter-name prefixes RL leaves fixed (train.frozen), e.g. embed_tokens and lm_head."""
+    dynamic_sampling: bool = False
+    """Groups whose rollouts all tie do not count toward groups_per_step (DAPO; orchestrator.py)."""
     rollout_workers: int = Field(2, ge=1)
     """Groups rolled out at once; the engine batches all their rollouts (group_size x this slots)."""
     max_staleness: int = Field(1, ge=0)
@@ -370,6 +372,7 @@ class Pipeline:
                         "rollout": {"group_size": r.group_size, "min_group_size": 2, "task_timeout_s": 300,
                                     "agent": agent},
                         "groups_per_step": r.groups_per_step, "rollout_workers": r.rollout_workers,
+                        "dynamic_sampling": r.dynamic_sampling,
                         "max_staleness": r.max_staleness}})
         out = run_agentic(cfg, resume=True)
         return {"steps": out["steps"], "policy_version": out["policy_version"], "trained_tasks": len(out["trained"]),

@@ -25,7 +25,8 @@ its sampled tokens). A bound s = `max_staleness` is enforced two ways:
 - "drop": workers never wait; at training time a group staler than s is dropped and its task
   released to be rolled out again (up to `max_task_retries`, then given up and reported).
 
-The trainer takes the oldest-version groups first. A group whose rollouts mostly failed (see
+The trainer takes the oldest-version groups first. With `dynamic_sampling` (DAPO), groups whose
+rollouts all tied do not count toward a step's B: they ride along in the next batch for free. A group whose rollouts mostly failed (see
 rollout.py: sandbox crashes are retried, then counted) is released the same way.
 
 Trained rollouts are appended to <out_dir>/trajectories.jsonl (routed experts left out).
@@ -41,7 +42,8 @@ in `run_agentic`): the trainer's (loss, mismatch/*, replay/*, reward/*, stalenes
 sample ...), the sync's (sync/bytes_sent, ...), and staleness/hist_<k> (groups trained at
 staleness k), staleness/group_max, inflight/multi_version_frac
 (trajectories whose tokens span more than one policy version), groups/dropped_stale,
-groups/failed, rollouts/failed_attempts, rollouts/resolved_frac, workers/restarts,
+groups/riders (tied groups that rode along), groups/failed, rollouts/failed_attempts,
+rollouts/resolved_frac, workers/restarts,
 time/wait_s (trainer idle, waiting for data), time/train_s, time/sync_s, time/step_wall_s.
 
 Left out: multiple trainer steps per batch (single epoch [R §4]), partial rollouts resumed
@@ -108,6 +110,12 @@ class AgenticConfig(BaseModel):
     """s: a group is trained at most s policy versions after its oldest token was sampled (0: synchronous)."""
     staleness_policy: Literal["wait", "drop"] = "wait"
     """wait: hold new rollouts back so the bound holds (AReaL); drop: roll freely, drop stale groups."""
+    dynamic_sampling: bool = False
+    """DAPO's dynamic sampling (Yu et al. 2503.14476): a group whose rollouts all got the same reward
+    has advantage 0 under group-relative estimators, so it does not count toward groups_per_step
+    (nor toward the staleness bound's in-flight groups). It still rides along in the next step's
+    batch (its task used once, its trajectories saved; the trainer skips it), so every step trains
+    groups_per_step informative groups."""
     max_task_retries: int = Field(2, ge=0)
     """Times a task whose group failed or went stale is rolled out again before it is given up."""
     backend: str = "bwrap"
@@ -194,8 +202,12 @@ class Orchestrator:
 
     # ---------------------------------------------------------------- bookkeeping
 
+    def _informative(self, g: Group) -> bool:
+        return not self.cfg.dynamic_sampling or len({s.reward for s in g.samples}) > 1
+
     def _outstanding(self) -> int:
-        return sum(t is not None for t in self._running.values()) + len(self.ready) + self._training
+        ready = sum(self._informative(g) for g in self.ready)
+        return sum(t is not None for t in self._running.values()) + ready + self._training
 
     def _may_start(self) -> bool:
         if self.cfg.staleness_policy == "drop":
@@ -298,10 +310,12 @@ class Orchestrator:
                     self.ready.remove(g)
                     self._drop_rollouts(g.group_id)
                     self._release(g.task_id, "groups/dropped_stale")
-                if len(self.ready) >= B or (self.ready and self._no_more_groups()):
-                    self.ready.sort(key=self._oldest)
-                    batch, self.ready = self.ready[:B], self.ready[B:]
-                    self._training = len(batch)
+                useful = sorted((g for g in self.ready if self._informative(g)), key=self._oldest)
+                if len(useful) >= B or (self.ready and self._no_more_groups()):
+                    riders = [g for g in self.ready if not self._informative(g)]  # dynamic sampling: free in the trainer
+                    batch = useful[:B] + riders
+                    self.ready = useful[B:]
+                    self._training = len(useful[:B])
                     return batch
                 if self._no_more_groups():
                     return []
@@ -362,6 +376,7 @@ class Orchestrator:
                   "inflight/multi_version_frac": float(np.mean(multi)) if multi else 0.0,
                   "rollouts/resolved_frac": float(np.mean([bool(r.trajectory.grade["resolved"]) for r in rollouts]))
                   if rollouts else 0.0, "groups/trained": float(len(batch)),
+                  "groups/riders": float(sum(not self._informative(g) for g in batch)),
                   "tasks/trained_total": float(len(self.cursor.trained)),
                   "tasks/given_up_total": float(len(self.given_up))})
         for k in ("groups/dropped_stale", "groups/failed", "groups/killed", "rollouts/failed_attempts",

@@ -76,6 +76,38 @@ async def test_async_mode_keeps_generating_during_training_within_the_bound():
     assert sum(m.get("staleness/hist_1", 0) for m in history) == stale.count(1)
 
 
+async def test_dynamic_sampling_fills_each_step_with_informative_groups():
+    """Tasks whose G rollouts tie ride along (used once, trained at zero cost) and do not count
+    toward groups_per_step; without dynamic sampling every group counts."""
+    import dataclasses
+
+    tasks = smoke_tasks(8)
+    mixed = {t.id for t in tasks[::3]}  # 3 of the 8 tasks give their two rollouts different rewards
+    for dynamic, want_steps in ((True, 2), (False, 4)):
+        engine, policy = fake_policy()
+        trainer = SleepyTrainer()
+        orch = Orchestrator(tasks, trainer, engine_sync(engine), agentic(max_staleness=0, dynamic_sampling=dynamic),
+                            RewardConfig(), make_policy=lambda t: policy)
+        plain = orch.run_group_fn
+
+        async def rewarded(task, start_version, group_id):
+            group = await plain(task, start_version, group_id)
+            if task.id in mixed:
+                for i, r in enumerate(group.rollouts):
+                    r.reward = dataclasses.replace(r.reward, total=float(i % 2))
+            return group
+
+        orch.run_group_fn = rewarded
+        history = await orch.run()
+        assert len(history) == want_steps
+        assert sorted(trainer.trained_task_ids()) == sorted(t.id for t in tasks)  # each task once, all saved
+        informative = [sum(g.task_id in mixed for g in b) for b in trainer.batches]
+        if dynamic:  # 2 informative groups per step, then the last one with what is left
+            assert informative == [2, 1] and sum(len(b) for b in trainer.batches) == 8
+        else:
+            assert [len(b) for b in trainer.batches] == [2, 2, 2, 2]
+
+
 async def test_drop_policy_drops_stale_groups_and_rolls_their_tasks_out_again():
     engine, policy = fake_policy(step_delay_s=0.005)
     trainer = SleepyTrainer(delay_s=0.3)
