@@ -23,6 +23,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from opencomposer.device import DeviceName
 from opencomposer.errors import ConfigError
 from opencomposer.rl.advantages import AdvantageConfig
 from opencomposer.rl.losses import PolicyLossConfig
@@ -43,6 +44,9 @@ class RunConfig(_Section):
     """Seeds the random model init, the prompt order and every sampling request."""
     num_threads: int | None = Field(None, ge=1)
     """torch intra-op threads (None: torch's default)."""
+    device: DeviceName = "auto"
+    """Trainer, reference model and embedded engine of a local run: auto (a GPU if torch sees one), cpu,
+    cuda (opencomposer/device.py). Ray actors ignore it: they use a GPU when agentic.ray gives them one."""
 
 
 class ModelSourceConfig(_Section):

@@ -26,10 +26,18 @@ Evaluation before and after RL uses the same held-out suite, sampling temperatur
 settings (`eval.temperature`, stated in the report).
 
 Configuration: `PipelineConfig` holds every default (configs/demo/pipeline.yaml restates them);
-`opencomposer demo --config FILE --set key.sub=value`. Left out: several seeds in one run
-(benchmarks/demo_seeds.py runs the pipeline per seed) and a GPU/Ray sizing of the whole
-pipeline (configs/pretrain/gpu_small.yaml and configs/rl/agentic_ray_cluster.yaml size the
-stages that matter there).
+`opencomposer demo --config FILE --set key.sub=value`.
+
+GPUs and Ray: `device` (auto: a GPU when torch sees one, opencomposer/device.py) goes to every
+stage that computes: pretraining, SFT, both evaluations' engine, and RL's trainer, reference
+model and engine; without a GPU nothing changes. `rl.runner: ray` runs the RL stage on Ray
+(rl/ray_runner.py: rollout actors, an inference actor, FSDP2 trainer ranks; `rl.ray` says where
+and how many GPUs each actor gets); the other stages run in this process, on its node's GPU.
+configs/demo/pipeline_1gpu.yaml and pipeline_ray_cluster.yaml size the pipeline for one GPU and
+for a cluster; the project's tests validate them but cannot run them (no GPU on its machines).
+Left out: several seeds in one run (benchmarks/demo_seeds.py runs the pipeline per seed),
+multi-GPU pretraining or SFT inside the pipeline (torchrun configs/pretrain/gpu_small.yaml
+instead), and evaluation spread over Ray.
 """
 
 from __future__ import annotations
@@ -38,13 +46,15 @@ import json
 import random
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from rich.console import Console
 
+from opencomposer.device import DeviceName, resolve_device
 from opencomposer.errors import ConfigError
+from opencomposer.rl.orchestrator import RayRunnerConfig
 
 
 class _Strict(BaseModel):
@@ -128,6 +138,10 @@ class RLStage(_Strict):
     """Groups rolled out at once; the engine batches all their rollouts (group_size x this slots)."""
     max_staleness: int = Field(1, ge=0)
     micro_batch_size: int = Field(16, ge=1)
+    runner: Literal["local", "ray"] = "local"
+    """local: trainer and engine in this process; ray: rollout, inference and trainer actors (rl/ray_runner.py)."""
+    ray: RayRunnerConfig = RayRunnerConfig()
+    """With runner ray: address (null: a local Ray instance), actors, trainer world size, GPUs per actor."""
 
 
 class PipelineConfig(_Strict):
@@ -138,6 +152,8 @@ class PipelineConfig(_Strict):
     """Seeds the model, the SFT order, RL; the task seeds are derived from it."""
     threads: int | None = Field(1, ge=1)
     """torch threads for every stage: on 2 shared cores one thread measured 4-8x faster per SFT step than two."""
+    device: DeviceName = "auto"
+    """Where every stage computes: auto (a GPU if torch sees one), cpu, cuda; Ray's RL actors use rl.ray's GPUs."""
     tokenizer: TokenizerStage = TokenizerStage()
     pretrain: PretrainStage = PretrainStage()
     tasks: TasksStage = TasksStage()
@@ -216,12 +232,15 @@ class Pipeline:
         """Run every unfinished stage; returns the report's index.html."""
         import torch
 
+        resolve_device(self.cfg.device)  # device: cuda without a GPU stops here, before any stage
         if self.cfg.threads:
             torch.set_num_threads(self.cfg.threads)
         self.out.mkdir(parents=True, exist_ok=True)
         saved, now = self.out / "pipeline.yaml", self.cfg.model_dump(mode="json")
-        if saved.is_file() and yaml.safe_load(saved.read_text()) != now:
+        old = now
+        if saved.is_file():  # validated, so a field added since then, at its default, is no difference
             old = PipelineConfig.model_validate(yaml.safe_load(saved.read_text())).model_dump(mode="json")
+        if old != now:
             diff = {f"{k}": (old[k], now[k]) for k in now if old.get(k) != now[k]}
             raise ConfigError(f"{self.out} holds a pipeline run with another config (differences, then and now: "
                               f"{diff}); set out_dir to another directory, or delete {self.out} to start over")
@@ -235,6 +254,8 @@ class Pipeline:
             self.console.rule(f"[bold]stage {i}/{len(self.STAGES)}: {name}")
             t0 = time.perf_counter()
             figures = getattr(self, f"_{name}")()
+            if torch.cuda.is_available():  # later stages may run in other processes (Ray actors) on this GPU
+                torch.cuda.empty_cache()
             rec = {"stage": name, "wall_s": time.perf_counter() - t0, **figures}
             self.stage_file(name).parent.mkdir(parents=True, exist_ok=True)
             self.stage_file(name).write_text(json.dumps(rec, indent=2))
@@ -288,7 +309,8 @@ class Pipeline:
                         "lr": c.lr, "warmup_steps": min(20, c.steps // 5)}],
             "mtp": {"mode": "distill", "weight": 0.3, "start_step": c.steps // 2},
             "checkpoint_every": max(1, c.steps // 3), "eval_every": c.steps, "eval_sequences": 8,
-            "log_every": max(1, c.steps // 10), "threads": self.cfg.threads, "tensorboard": False})
+            "log_every": max(1, c.steps // 10), "threads": self.cfg.threads, "device": self.cfg.device,
+            "tensorboard": False})
         out = train(cfg, resume=True, console=self.console)
         return {k: v for k, v in out.items() if isinstance(v, (int, float, str))}
 
@@ -326,7 +348,7 @@ class Pipeline:
             "steps": c.steps, "batch_size": c.batch_size, "lr": c.lr, "warmup_steps": c.warmup_steps,
             "mtp": {"mode": "distill", "weight": c.mtp_weight} if c.mtp_weight else None,
             "checkpoint_every": max(1, c.steps // 4), "eval_every": max(1, c.steps // 4),
-            "log_every": max(1, c.steps // 10), "threads": self.cfg.threads})
+            "log_every": max(1, c.steps // 10), "threads": self.cfg.threads, "device": self.cfg.device})
         out = train_sft(cfg, resume=True, console=self.console)
         return {"steps": out["steps"], "val_loss": out["val_loss"], "train_s": out["train_s"], **out["data"]}
 
@@ -338,7 +360,7 @@ class Pipeline:
         e = self.cfg.eval
         options = EvalOptions(suite=str(self.paths["heldout_suite"]), policy=f"engine:{model_dir}", label=label,
                               concurrency=e.concurrency, task_timeout_s=300, tokenizer=str(self.paths["tokenizer"]),
-                              agent=demo_agent(e.temperature))
+                              agent=demo_agent(e.temperature), device=self.cfg.device)
         s = asyncio.run(evaluate(options, out))["summary"]
         self.console.print(f"{label}: {s['accuracy']:.1%} of {s['episodes']} held-out episodes resolved "
                            f"(temperature {e.temperature})")
@@ -358,7 +380,8 @@ class Pipeline:
         agent = demo_agent().model_dump(mode="json")
         cfg = load_rl_config(data={
             "mode": "agentic",
-            "run": {"out_dir": str(self.paths["rl"]), "seed": self.cfg.seed, "num_threads": self.cfg.threads},
+            "run": {"out_dir": str(self.paths["rl"]), "seed": self.cfg.seed, "num_threads": self.cfg.threads,
+                    "device": self.cfg.device},
             "model": {"path": str(self.paths["sft"] / "model"), "tokenizer": str(self.paths["tokenizer"])},
             "engine": {"max_slots": max(16, r.group_size * r.rollout_workers), "max_len": agent["context_window"]},
             "sampling": {"temperature": 1.0, "max_new_tokens": agent["max_new_tokens"]},
@@ -368,7 +391,7 @@ class Pipeline:
                        "malformed_tool_call_coef": r.tool_error_coef},
             "checkpoint": {"every_steps": max(1, r.steps // 4), "keep_last": 2},
             "log": {"tensorboard": False, "progress": True},
-            "agentic": {"suite": str(self.paths["rl_suite"]), "runner": "local",
+            "agentic": {"suite": str(self.paths["rl_suite"]), "runner": r.runner, "ray": r.ray.model_dump(),
                         "rollout": {"group_size": r.group_size, "min_group_size": 2, "task_timeout_s": 300,
                                     "agent": agent},
                         "groups_per_step": r.groups_per_step, "rollout_workers": r.rollout_workers,

@@ -1,9 +1,11 @@
 """`make demo`'s pipeline at a miniature size: every stage runs and leaves its artifacts, the
 report holds the figures, held-out tasks are disjoint from training tasks, and a rerun skips
-finished stages."""
+finished stages; the same with the RL stage on a local Ray instance; the one-GPU and cluster
+sizings validate (they cannot run here: no GPU)."""
 
 import io
 import json
+from pathlib import Path
 
 import pytest
 from rich.console import Console
@@ -68,8 +70,6 @@ def test_pipeline_runs_every_stage_and_writes_the_report(tmp_path):
 
 
 def test_config_file_restates_the_defaults_and_bad_values_are_named():
-    from pathlib import Path
-
     from opencomposer.errors import ConfigError
     from opencomposer.pipeline import PipelineConfig
 
@@ -78,3 +78,56 @@ def test_config_file_restates_the_defaults_and_bad_values_are_named():
         load_config(None, ["tasks.n_rl=16"])  # RL would need more tasks than exist
     with pytest.raises(ConfigError, match="sft.stepz"):
         load_config(None, ["sft.stepz=3"])
+
+
+CONFIGS = Path(__file__).parents[1] / "configs" / "demo"
+
+
+@pytest.mark.parametrize("name", ["pipeline_1gpu.yaml", "pipeline_ray_cluster.yaml"])
+def test_gpu_and_cluster_sizings_validate_and_stop_before_any_stage_without_a_gpu(name, tmp_path):
+    """The files are a plan for machines the tests do not have: they must load as they are, and
+    `opencomposer demo --config` must refuse them here at once, naming the field, writing nothing."""
+    import torch
+    from typer.testing import CliRunner
+
+    from opencomposer.cli import app
+    from opencomposer.pipeline import DEFAULT_MODEL, PipelineConfig
+
+    cfg = load_config(CONFIGS / name)
+    assert cfg.device == "cuda" and cfg != PipelineConfig()
+    assert Pipeline(cfg).model_dict()["hidden_size"] > DEFAULT_MODEL["hidden_size"]
+    assert cfg.rl.group_size * cfg.rl.groups_per_step > PipelineConfig().rl.group_size * PipelineConfig().rl.groups_per_step
+    if cfg.rl.runner == "ray":
+        assert cfg.rl.ray.trainer_world_size > 1 and cfg.rl.ray.trainer_gpus >= 1 and cfg.rl.ray.inference_gpus >= 1
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU: running the file is not a test")
+    out = tmp_path / "run"
+    result = CliRunner().invoke(app, ["demo", "--config", str(CONFIGS / name), "--set", f"out_dir={out}"])
+    assert result.exit_code == 1 and "device: 'cuda'" in result.output
+    assert not out.exists()
+
+
+@pytest.mark.slow
+@pytest.mark.ray
+def test_the_rl_stage_runs_through_the_ray_runner(tmp_path):
+    """rl.runner=ray at the miniature size: a local Ray instance of 2 CPUs (started and stopped by
+    the RL stage), a rollout actor, the inference actor and a 1-rank trainer actor; the held-out
+    evaluation then serves the checkpoint the Ray trainer saved."""
+    import ray
+
+    assert not ray.is_initialized()
+    cfg = load_config(None, [f"out_dir={tmp_path / 'demo'}", *MINI, "rl.runner=ray", "rl.ray.num_cpus=2",
+                             "rl.ray.rollout_actors=1", "rl.ray.trainer_world_size=1"])
+    p = Pipeline(cfg, Console(file=io.StringIO(), width=120))
+    p.run()
+
+    rec = p.record("rl")
+    assert rec["steps"] == 2 and rec["policy_version"] == 2
+    metrics = [json.loads(x) for x in (p.paths["rl"] / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in metrics] == [1, 2] and all(m["trainer/world_size"] == 1 for m in metrics)
+    rl = {d.name for d in p.paths["rl_suite"].iterdir() if d.is_dir()}
+    trained = {json.loads(x)["task_id"] for x in (p.paths["rl"] / "trajectories.jsonl").read_text().splitlines()}
+    assert trained and trained <= rl
+    rows = [json.loads(x) for x in (p.paths["eval_rl"] / "results.jsonl").read_text().splitlines()]
+    assert len(rows) == 3 and all(r["status"] == "done" for r in rows)
+    assert not ray.is_initialized()  # the stage stops the instance it started

@@ -32,14 +32,16 @@ decode, speculative verification, MTP drafting) runs the C++ kernels of native.p
 layer, the experts grouped per expert with no Python in between. Where those cannot be built
 (no compiler) or for other dtypes, the linear layers and experts run on oneDNN with prepacked
 weights (kernels.py; `prepack_weights=False` keeps PyTorch's default kernels), plain decode
-steps on fused.py's one-token forward and the rest on the model's generic forward.
+steps on fused.py's one-token forward and the rest on the model's generic forward. That torch
+path is also the one on a GPU: the engine runs on its model's device, and each step's tensors
+are built there (bookkeeping stays in Python lists on the host).
 
 Covered: token-id requests of any mix of sampling parameters in one batch, per-request seeds
 (`random.Random(seed)` per request: the same tokens alone or batched), abort on cancellation.
 Left out: padded prefill of prompts of different lengths, chunked prefill of very long
 prompts (a prompt is one forward), prefix caching
 across requests other than identical prompts admitted together, preemption when the cache is
-full (requests wait for a free slot instead), multi-device execution.
+full (requests wait for a free slot instead), one model over several devices.
 """
 
 from __future__ import annotations
@@ -151,7 +153,7 @@ class Engine:
             torch.set_num_threads(num_threads)
         self.model = model.to(dtype).eval() if dtype is not None else model.eval()
         self.dtype = next(self.model.parameters()).dtype
-        device = next(self.model.parameters()).device
+        self.device = device = next(self.model.parameters()).device  # each step's tensors are built here
         self.max_slots, self.max_len, self.k = max_slots, max_len, speculative_depth
         self.vocab_size = cfg.vocab_size
         # k positions of headroom: a verify forward near the end of the context writes drafts there.
@@ -428,8 +430,8 @@ class Engine:
         reps: dict[tuple[int, ...], int] = {}
         rep_of = [reps.setdefault(tuple(s.tokens), len(reps)) for s in group]
         rep_seqs = [group[rep_of.index(r)] for r in range(len(reps))]
-        prompt_RP = torch.tensor([s.tokens for s in rep_seqs])
-        rep_slots_R = torch.tensor([s.slot for s in rep_seqs])
+        prompt_RP = torch.tensor([s.tokens for s in rep_seqs], device=self.device)
+        rep_slots_R = torch.tensor([s.slot for s in rep_seqs], device=self.device)
         want = any(s.wants_experts for s in group)
         out = self._fwd(prompt_RP, rep_slots_R, logits="last", want_experts=want)
         self.cache.advance(rep_slots_R, P)
@@ -443,9 +445,9 @@ class Engine:
                 self.cache.k[:, s.slot, :, :P] = self.cache.k[:, src, :, :P]
                 self.cache.v[:, s.slot, :, :P] = self.cache.v[:, src, :, :P]
                 self.cache.lengths[s.slot] = P
-        idx_B = torch.tensor(rep_of)
+        idx_B = torch.tensor(rep_of, device=self.device)
         logits_BV = out.logits[idx_B]
-        experts = out.routed_experts[idx_B].numpy() if want else None
+        experts = out.routed_experts[idx_B].cpu().numpy() if want else None
         tokens, logprobs = self._sample(logits_BV, group)
         for b, s in enumerate(group):
             if experts is not None:
@@ -453,18 +455,18 @@ class Engine:
             self._extend(s, [tokens[b]], [logprobs[b]], experts[b, -1:] if experts is not None else None)
         if self.k:
             m = min(P, W)
-            slots_B = torch.tensor([s.slot for s in group])
+            slots_B = torch.tensor([s.slot for s in group], device=self.device)
             self._windows[slots_B, 0, W - m:] = out.hidden[idx_B, P - m:]
             self._draft([s for s in group if s.finish is None])
 
     def _decode_step(self, seqs: list[_Seq]) -> None:
         slots = [s.slot for s in seqs]
-        ids_B = torch.tensor([s.tokens[-1] for s in seqs])
+        ids_B = torch.tensor([s.tokens[-1] for s in seqs], device=self.device)
         want = any(s.wants_experts for s in seqs)
-        out = self._fwd(ids_B[:, None], torch.tensor(slots), logits="all", want_experts=want)
+        out = self._fwd(ids_B[:, None], torch.tensor(slots, device=self.device), logits="all", want_experts=want)
         self.cache.lengths[slots] += 1
         tokens, logprobs = self._sample(out.logits[:, 0], seqs)
-        experts = out.routed_experts[:, 0].numpy() if want else None
+        experts = out.routed_experts[:, 0].cpu().numpy() if want else None
         for b, s in enumerate(seqs):
             self._extend(s, [tokens[b]], [logprobs[b]], experts[b:b + 1] if experts is not None else None)
 
@@ -474,8 +476,8 @@ class Engine:
         if all(s.greedy and not s.processed and len(s.tokens) >= W for s in seqs):
             return self._spec_step_greedy(seqs)
         k, B = self.k, len(seqs)
-        slots_B = torch.tensor([s.slot for s in seqs])
-        ids_BJ = torch.tensor([[s.tokens[-1]] + s.drafts for s in seqs])
+        slots_B = torch.tensor([s.slot for s in seqs], device=self.device)
+        ids_BJ = torch.tensor([[s.tokens[-1]] + s.drafts for s in seqs], device=self.device)
         drafts_Bk = ids_BJ[:, 1:]
         want = any(s.wants_experts for s in seqs)
         out = self._fwd(ids_BJ, slots_B, logits="all", want_experts=want)
@@ -490,10 +492,11 @@ class Engine:
             lps = lp_N.view(B, k + 1).tolist()  # every emitted token is its position's argmax
         else:
             q_BkV = torch.stack([s.q_kV if s.q_kV is not None
-                                 else torch.zeros(k, self.vocab_size).scatter_(-1, torch.tensor(s.drafts)[:, None], 1.0)
+                                 else torch.zeros(k, self.vocab_size, device=self.device).scatter_(
+                                     -1, torch.tensor(s.drafts, device=self.device)[:, None], 1.0)
                                  for s in seqs])
             u_BJ = torch.tensor([[0.5] * (k + 1) if s.greedy else [s.rng.random() for _ in range(k + 1)]
-                                 for s in seqs], dtype=torch.float64)
+                                 for s in seqs], dtype=torch.float64, device=self.device)
             n_B, final_B = speculative.accept(p_BJV, q_BkV, drafts_Bk, u_BJ[:, :k], u_BJ[:, k])
         out_BJ = torch.cat([drafts_Bk, torch.zeros_like(drafts_Bk[:, :1])], dim=1)
         out_BJ.scatter_(1, n_B[:, None], final_B[:, None])
@@ -504,7 +507,7 @@ class Engine:
             lps = [plps[b] if s.processed else lps[b] for b, s in enumerate(seqs)]
         self.cache.advance(slots_B, n_B + 1)
         self._windows[slots_B, 0] = speculative.shift_hidden(self._windows[slots_B, 0], out.hidden, n_B)
-        experts = out.routed_experts.numpy() if want else None
+        experts = out.routed_experts.cpu().numpy() if want else None
         n, toks = n_B.tolist(), out_BJ.tolist()
         for b, s in enumerate(seqs):
             m = n[b] + 1
@@ -521,11 +524,11 @@ class Engine:
         forward backend (Forward.spec_greedy: the C++ kernels do verify, accept and draft)."""
         k, W = self.k, self._windows.shape[2]
         want = any(s.wants_experts for s in seqs)
-        r = self._fwd.spec_greedy(torch.tensor([[s.tokens[-1]] + s.drafts for s in seqs]),
-                                  torch.tensor([s.slot for s in seqs]), torch.tensor([s.tokens[-W:] for s in seqs]),
-                                  self._windows, want)
+        r = self._fwd.spec_greedy(torch.tensor([[s.tokens[-1]] + s.drafts for s in seqs], device=self.device),
+                                  torch.tensor([s.slot for s in seqs], device=self.device),
+                                  torch.tensor([s.tokens[-W:] for s in seqs], device=self.device), self._windows, want)
         n, toks, lps, drafts = r.accepted.tolist(), r.tokens.tolist(), r.logprobs.tolist(), r.drafts.tolist()
-        experts = r.routed_experts.numpy() if want else None
+        experts = r.routed_experts.cpu().numpy() if want else None
         for b, s in enumerate(seqs):
             m = n[b] + 1
             s.spec_accepted += n[b]
@@ -543,8 +546,8 @@ class Engine:
         for s in seqs:
             groups.setdefault(min(W, len(s.tokens) - 1), []).append(s)
         for T, group in groups.items():
-            slots_B = torch.tensor([s.slot for s in group])
-            next_BT = torch.tensor([s.tokens[-T:] for s in group])
+            slots_B = torch.tensor([s.slot for s in group], device=self.device)
+            next_BT = torch.tensor([s.tokens[-T:] for s in group], device=self.device)
             hidden_BTD = self._windows[slots_B, 0, W - T:]
             greedy = all(s.greedy for s in group)
 
@@ -552,7 +555,8 @@ class Engine:
                 if greedy:
                     return logits_BV.argmax(-1), None
                 q_BV = self._probs(logits_BV, group)
-                u_B = torch.tensor([0.5 if s.greedy else s.rng.random() for s in group], dtype=torch.float64)
+                u_B = torch.tensor([0.5 if s.greedy else s.rng.random() for s in group], dtype=torch.float64,
+                                   device=self.device)
                 return sample(q_BV, u_B), q_BV
 
             drafts_Bk, q_BkV, hs = speculative.draft(self._fwd.mtp_step, self.cache, slots_B, hidden_BTD, next_BT,
@@ -567,9 +571,9 @@ class Engine:
     def _probs(self, logits_NV: torch.Tensor, seqs: list[_Seq], repeat: int = 1) -> torch.Tensor:
         """sampling_probs with each sequence's parameters (rows: seqs, each `repeat` times)."""
         sp = [s.request.sampling for s in seqs]
-        t = torch.tensor([p.temperature for p in sp]).repeat_interleave(repeat)
-        top_p = torch.tensor([p.top_p for p in sp]).repeat_interleave(repeat)
-        top_k = torch.tensor([p.top_k for p in sp]).repeat_interleave(repeat)
+        t = torch.tensor([p.temperature for p in sp], device=self.device).repeat_interleave(repeat)
+        top_p = torch.tensor([p.top_p for p in sp], device=self.device).repeat_interleave(repeat)
+        top_k = torch.tensor([p.top_k for p in sp], device=self.device).repeat_interleave(repeat)
         return sampling_probs(logits_NV, t, top_p, top_k)
 
     def _sample(self, logits_BV: torch.Tensor, seqs: list[_Seq]) -> tuple[list[int], list[float]]:
@@ -579,7 +583,8 @@ class Engine:
             tokens_B, lp_B = greedy(logits_BV)
             return tokens_B.tolist(), lp_B.tolist()
         probs_BV = self._probs(logits_BV, seqs)
-        u_B = torch.tensor([0.5 if s.greedy else s.rng.random() for s in seqs], dtype=torch.float64)
+        u_B = torch.tensor([0.5 if s.greedy else s.rng.random() for s in seqs], dtype=torch.float64,
+                           device=self.device)
         tokens_B = sample(probs_BV, u_B)
         raw = token_logprobs(logits_BV, tokens_B).tolist()
         proc = probs_BV.gather(-1, tokens_B[:, None]).squeeze(1).log().tolist()

@@ -74,8 +74,9 @@ class FusedDecoder:
         # Per-position rotary tables, computed exactly as Transformer.rope computes them.
         freqs_Lc = torch.arange(cache.max_len, dtype=torch.float32)[:, None] * model.inv_freq
         cos_Lc, sin_Lc = freqs_Lc.cos() * model.rope_scale, freqs_Lc.sin() * model.rope_scale
-        self.cos_LC = torch.cat([cos_Lc, cos_Lc], dim=-1).to(self.dtype)
-        self.sin_LC = torch.cat([-sin_Lc, sin_Lc], dim=-1).to(self.dtype)
+        self.device = cache.lengths.device
+        self.cos_LC = torch.cat([cos_Lc, cos_Lc], dim=-1).to(self.device, self.dtype)
+        self.sin_LC = torch.cat([-sin_Lc, sin_Lc], dim=-1).to(self.device, self.dtype)
         self.attn = [self._attention_weights(layer.self_attn) for layer in model.layers]
         self.o_proj = [kernels.Derived([layer.self_attn.o_proj.weight], self.ops.pack) for layer in model.layers]
         self.experts = [self._expert_weights(layer.mlp) if isinstance(layer.mlp, MoE) else None
@@ -120,7 +121,7 @@ class FusedDecoder:
         model, cache, cfg = self.model, self.cache, self.cfg
         B, H, G, C = len(slots), self.H, self.G, self.C
         r = H // G
-        slots_B = torch.tensor(slots)
+        slots_B = torch.tensor(slots, device=self.device)
         pos_B = cache.lengths[slots_B]
         P = int(pos_B.max()) + 1
         if P > cache.max_len:
@@ -129,8 +130,8 @@ class FusedDecoder:
         first = slots[0]
         rows = slice(first, first + B) if slots == list(range(first, first + B)) else slots_B
         cos_B1C, sin_B1C = self.cos_LC[pos_B][:, None], self.sin_LC[pos_B][:, None]
-        hidden_mask_BP = torch.arange(P) > pos_B[:, None]
-        bias_XrP = (torch.zeros(B, P, dtype=self.dtype).masked_fill_(hidden_mask_BP, float("-inf"))
+        hidden_mask_BP = torch.arange(P, device=self.device) > pos_B[:, None]
+        bias_XrP = (torch.zeros(B, P, dtype=self.dtype, device=self.device).masked_fill_(hidden_mask_BP, float("-inf"))
                     [:, None, None].expand(B, G, r, P).reshape(B * G, r, P))
         x_BD = model.embed_tokens(ids_B)
         experts_Y = []
@@ -162,7 +163,7 @@ class FusedDecoder:
         routed = None
         if want_experts:
             routed = (torch.stack(experts_Y, dim=1).to(torch.int32) if experts_Y
-                      else torch.zeros(B, 0, cfg.num_experts_per_tok, dtype=torch.int32))
+                      else torch.zeros(B, 0, cfg.num_experts_per_tok, dtype=torch.int32, device=self.device))
         return logits_BV, routed, h_BD
 
     def _moe(self, i: int, moe: MoE, h_ND: torch.Tensor, x_ND: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -180,7 +181,7 @@ class FusedDecoder:
             x_ND = x_ND + torch.sigmoid(moe.shared_expert_gate(h_ND)) * moe.shared_expert(h_ND)
         if dense is not None and N * K >= E:
             gate_w, up_w, down_w = dense.get()
-            w_NE = torch.zeros(N, E, dtype=h_ND.dtype).scatter_(1, idx_NK, w_NK)
+            w_NE = torch.zeros(N, E, dtype=h_ND.dtype, device=h_ND.device).scatter_(1, idx_NK, w_NK)
             # a_e = silu(gate_e h) * w_e * up_e h, the silu and the product done by the matmuls
             gw_NEF = self.ops.linear_silu(h_ND, gate_w).view(N, E, -1) * w_NE[:, :, None]
             a_NX = self.ops.linear_mul(h_ND, up_w, gw_NEF.view(N, -1))

@@ -45,6 +45,7 @@ from typing import Callable
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from opencomposer.device import DeviceName, resolve_device
 from opencomposer.errors import ConfigError
 from opencomposer.harness.agent import Agent, AgentConfig, ChatClientPolicy, TokenClientPolicy
 from opencomposer.harness.trajectory import Prices, Trajectory, write_jsonl
@@ -80,6 +81,8 @@ class EvalOptions(BaseModel):
     """Environment variable holding the API key of openai: endpoints (None: no key)."""
     tokenizer: str | None = None
     """Tokenizer directory for token-level specs (default: the bundled tokenizer)."""
+    device: DeviceName = "auto"
+    """Where an engine: policy's model runs: auto (a GPU if torch sees one), cpu, cuda (opencomposer/device.py)."""
     agent: AgentConfig = AgentConfig()
     """The agent loop's limits; max_wall_s is replaced by task_timeout_s."""
 
@@ -176,7 +179,7 @@ def _engine_policy(path: str, options: EvalOptions) -> PolicyFactory:
     from opencomposer.model.tokenizer import TOKENIZER_FILE, Tokenizer
 
     ckpt = Path(path)
-    net = load_pretrained(ckpt)
+    net = load_pretrained(ckpt, device=resolve_device(options.device))
     tok = (Tokenizer.load(ckpt) if not options.tokenizer and (ckpt / TOKENIZER_FILE).is_file()
            else _tokenizer(options))
     if tok.vocab_size > net.config.vocab_size:

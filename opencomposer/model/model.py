@@ -201,7 +201,7 @@ def route(logits_NE: torch.Tensor, k: int, norm_topk_prob: bool,
     """
     probs_NE = torch.softmax(logits_NE, dim=-1, dtype=torch.float32)
     top_p_NK, top_i_NK = torch.topk(probs_NE, k, dim=-1)
-    n_replaced = torch.zeros((), dtype=torch.int64)
+    n_replaced = torch.zeros((), dtype=torch.int64, device=logits_NE.device)
     if replay_NK is None:
         idx_NK, w_NK = top_i_NK, top_p_NK
     else:

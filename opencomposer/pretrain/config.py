@@ -22,6 +22,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from opencomposer.device import DeviceName
 from opencomposer.errors import ConfigError
 
 
@@ -148,6 +149,8 @@ class PretrainConfig(_Strict):
     """Under torchrun (WORLD_SIZE > 1): DistributedDataParallel, or FSDP2 fully_shard per block."""
     dtype: Literal["float32", "bfloat16"] = "float32"
     """Compute dtype: bfloat16 autocasts matmuls (weights and optimizer stay float32)."""
+    device: DeviceName = "auto"
+    """auto: a GPU if torch sees one (under torchrun, rank r takes cuda:LOCAL_RANK), cpu, or cuda."""
     deterministic: bool = True
     """torch.use_deterministic_algorithms: a resumed run repeats the uninterrupted one exactly."""
     threads: int | None = Field(None, gt=0)

@@ -31,6 +31,9 @@ model in HF format with tokenizer.json plus the optimizer, the data cursor and R
 metrics.jsonl (`train.Metrics`). The final model is published to `<run_dir>/model`, which
 `opencomposer eval --policy engine:<run_dir>/model` serves.
 
+Device: `device` (auto: a GPU when torch sees one) holds the model and optimizer; batches are
+collated and packed on the host and moved per step. On the CPU nothing moves.
+
 Left out: packing several examples into one sequence (a trajectory's prompt is most of its
 tokens, so padding waste is small next to it), distributed SFT (pretraining's DDP path would
 carry over), and rejection sampling from the model itself (that is RL's job here).
@@ -54,6 +57,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from opencomposer.device import DeviceName, resolve_device
 from opencomposer.errors import ConfigError
 from opencomposer.harness.agent import Agent, AgentConfig
 from opencomposer.harness.chat import encode_with_mask
@@ -147,6 +151,8 @@ class SFTConfig(_Strict):
     """Print a line every N steps (metrics.jsonl gets every step)."""
     threads: int | None = Field(None, gt=0)
     """torch.set_num_threads; null: torch's default."""
+    device: DeviceName = "auto"
+    """Where the model and optimizer live: auto (a GPU if torch sees one), cpu or cuda (opencomposer/device.py)."""
     deterministic: bool = True
     """torch.use_deterministic_algorithms: a resumed run repeats the uninterrupted one."""
 
@@ -321,12 +327,15 @@ def collate(examples: list[tuple[np.ndarray, np.ndarray]], pad_id: int) -> tuple
 # ----------------------------------------------------------------------------- the loss
 
 def hidden_states(model: Transformer, ids_BL: torch.Tensor, lengths_B: list[int] | None) -> torch.Tensor:
-    """The final hidden states [B, L-1, D] of the inputs ids_BL[:, :-1] (right-padded). With the
-    examples' lengths, the batch's common prefix (the system turn every example starts with) runs
-    once: rl/packing.py's two calls, gathered back (exact up to float rounding)."""
+    """The final hidden states [B, L-1, D] of the inputs ids_BL[:, :-1] (right-padded, on the host),
+    computed on the model's device. With the examples' lengths, the batch's common prefix (the
+    system turn every example starts with) runs once: rl/packing.py's two calls, gathered back
+    (exact up to float rounding)."""
+    device = model.lm_head.weight.device
     if lengths_B is None:
-        return model(ids_BL[:, :-1], compute_logits=False).hidden
-    p = pack([ids_BL[b, :n].numpy() for b, n in enumerate(lengths_B)], [0] * len(lengths_B), ids_BL.shape[1] - 1)
+        return model(ids_BL[:, :-1].to(device), compute_logits=False).hidden
+    p = pack([ids_BL[b, :n].numpy() for b, n in enumerate(lengths_B)], [0] * len(lengths_B),
+             ids_BL.shape[1] - 1).to(device)
     hidden_ND, _, _ = forward_packed(model, p, compute_logits=False)
     return hidden_ND[p.index_BT]
 
@@ -334,10 +343,12 @@ def hidden_states(model: Transformer, ids_BL: torch.Tensor, lengths_B: list[int]
 def sft_loss(model: Transformer, ids_BL: torch.Tensor, mask_BL: torch.Tensor,
              mtp: MTPConfig | None = None, lengths_B: list[int] | None = None) -> tuple[torch.Tensor, dict[str, float]]:
     """The masked next-token loss (+ MTP) of one batch; mask_BL[b, t] = 1 when token t is a target.
-    lengths_B (tokens per example) lets the batch's shared prefix run once (`hidden_states`)."""
+    lengths_B (tokens per example) lets the batch's shared prefix run once (`hidden_states`).
+    ids_BL and mask_BL come from the host (`collate`); the loss is computed on the model's device."""
+    hidden_BTD = hidden_states(model, ids_BL, lengths_B)
+    ids_BL, mask_BL = ids_BL.to(hidden_BTD.device), mask_BL.to(hidden_BTD.device)
     x_BT, y_BT, m_BT = ids_BL[:, :-1], ids_BL[:, 1:], mask_BL[:, 1:]
     use_mtp = mtp is not None and mtp.weight > 0 and len(model.mtp) > 0 and x_BT.shape[1] > 2
-    hidden_BTD = hidden_states(model, ids_BL, lengths_B)
     out_logits = model.lm_head(hidden_BTD) if use_mtp else None
     sel_BT = m_BT > 0
     logits_NV = out_logits[sel_BT] if use_mtp else model.lm_head(hidden_BTD[sel_BT])
@@ -420,7 +431,9 @@ def train_sft(cfg: SFTConfig, *, resume: bool = False, console: Console | None =
     console = console or Console()
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
+    device = resolve_device(cfg.device)
     if cfg.deterministic:
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # deterministic cuBLAS (pretraining does the same)
         torch.use_deterministic_algorithms(True, warn_only=True)
     run_dir = Path(cfg.run_dir)
     found = ckpt.latest_checkpoint(run_dir)
@@ -450,7 +463,7 @@ def train_sft(cfg: SFTConfig, *, resume: bool = False, console: Console | None =
     if tok.vocab_size > model.config.vocab_size:
         raise ConfigError(f"the tokenizer has {tok.vocab_size} tokens but the model's vocab_size is "
                           f"{model.config.vocab_size}; set `tokenizer` to the model's own")
-    model.train()
+    model.to(device).train()
     optimizer = make_optimizer(model, cfg)
     if state:
         optimizer.load_state_dict(state["optimizer"])
@@ -460,7 +473,8 @@ def train_sft(cfg: SFTConfig, *, resume: bool = False, console: Console | None =
     last_val = evaluate(model, val, pad, cfg.batch_size) if val and step == 0 else None
     if last_val is not None:
         metrics.log({"step": 0, "val_loss": last_val})
-    console.print(f"[bold]sft[/] {run_dir}: {sum(p.numel() for p in model.parameters()) / 1e6:.1f}M parameters, "
+    console.print(f"[bold]sft[/] {run_dir}: {sum(p.numel() for p in model.parameters()) / 1e6:.1f}M parameters "
+                  f"on {device}, "
                   f"{len(train_idx)} train / {len(val)} val examples, {cfg.steps} steps of {cfg.batch_size}"
                   + (f", resuming at step {step}" if step else "")
                   + (f"; val loss {last_val:.4f}" if last_val is not None else ""))

@@ -49,6 +49,7 @@ import torch.nn.functional as F
 from rich.console import Console
 from torch import nn
 
+from opencomposer.device import DeviceName, resolve_device
 from opencomposer.errors import ConfigError
 from opencomposer.model import ModelConfig, Transformer, load_pretrained
 from opencomposer.model.model import rope_frequencies
@@ -109,11 +110,11 @@ class DistInfo:
             dist.barrier()
 
 
-def init_distributed() -> DistInfo:
+def init_distributed(device_name: DeviceName = "auto") -> DistInfo:
     """Join the torchrun process group when WORLD_SIZE > 1 (nccl on GPUs, gloo on CPU)."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
     local = int(os.environ.get("LOCAL_RANK", "0"))
-    cuda = torch.cuda.is_available()
+    cuda = resolve_device(device_name).type == "cuda"
     device = torch.device("cuda", local) if cuda else torch.device("cpu")
     if cuda:
         torch.cuda.set_device(device)
@@ -271,7 +272,7 @@ def train(cfg: PretrainConfig, *, resume: bool = False,
     on_step(step, record) is called on every rank after each optimizer step has been logged,
     evaluated and checkpointed (step counts from 1).
     """
-    d = init_distributed()
+    d = init_distributed(cfg.device)
     console = console or Console()
     local_world = int(os.environ.get("LOCAL_WORLD_SIZE", str(d.world)))
     torch.set_num_threads(cfg.threads or max(1, torch.get_num_threads() // local_world))

@@ -405,7 +405,7 @@ class Orchestrator:
 
 # ----------------------------------------------------------------------------- the run
 
-_RESUMABLE_CHANGES = ("train.max_steps", "log.", "run.num_threads", "checkpoint.", "agentic.ray.")
+_RESUMABLE_CHANGES = ("train.max_steps", "log.", "run.num_threads", "run.device", "checkpoint.", "agentic.ray.")
 
 
 def select_tasks(a: AgenticConfig) -> list[Task]:
@@ -447,6 +447,7 @@ def run_agentic(cfg, *, resume: bool = False, make_policy: PolicyFactory | None 
 
     import torch
 
+    from opencomposer.device import resolve_device
     from opencomposer.engine.client import InProcessClient, SGLangClient
     from opencomposer.harness.agent import TokenClientPolicy
     from opencomposer.rl.checkpoint import Checkpointer, open_run, set_rng_state
@@ -463,8 +464,10 @@ def run_agentic(cfg, *, resume: bool = False, make_policy: PolicyFactory | None 
 
     tasks = select_tasks(a)
     tokenizer = load_tokenizer(cfg.model.tokenizer)
-    model = load_policy(cfg.model, cfg.run.seed)
-    ref = load_policy(cfg.model, cfg.run.seed) if cfg.reward.kl_coef > 0 or cfg.loss.kl_loss_coef > 0 else None
+    device = resolve_device(cfg.run.device, "run.device")  # the trainer's, the reference's and the engine's
+    model = load_policy(cfg.model, cfg.run.seed).to(device)
+    ref = (load_policy(cfg.model, cfg.run.seed).to(device)
+           if cfg.reward.kl_coef > 0 or cfg.loss.kl_loss_coef > 0 else None)
     if state is not None:
         model.load_state_dict(Checkpointer.load_model(state, dtype=next(model.parameters()).dtype).state_dict())
     trainer = Trainer.from_config(cfg, model, ref)

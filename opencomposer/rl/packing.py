@@ -32,7 +32,7 @@ to the longest prefix and the longest suffix of the micro-batch.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 from typing import Sequence
 
 import numpy as np
@@ -57,6 +57,11 @@ class Packed:
     suffix_routed_BSYK: torch.Tensor | None
     index_BT: torch.Tensor               # int64: sample b's input position t in [R*P + B'*S] (0 past its end)
     tokens: int                          # real tokens the two calls compute
+
+    def to(self, device: torch.device) -> "Packed":
+        """The same layout on `device` (itself where it already is): `pack` builds it on the host."""
+        return replace(self, **{f.name: t.to(device) for f in fields(self)
+                                if isinstance(t := getattr(self, f.name), torch.Tensor)})
 
     def replay_rows(self) -> int:
         """Positions the two calls replay (a shared prefix position counts once)."""

@@ -13,9 +13,10 @@
                                               and at the root), rl/trainer.py's Trainer
 
 `runner: ray` in the `agentic` section is the only change from a local run; `agentic.ray` says
-where (address, actors, trainer world size). Everything crossing an actor boundary is plain
-data: task directories (paths every node can read), token ids, GenerationResults, RolloutGroups
-(trajectories), buffer.Groups, state dicts.
+where (address, actors, trainer world size, GPUs). An actor computes on a GPU exactly when Ray
+gave it one (`trainer_gpus`, `inference_gpus` > 0; run.device is the local runner's). Everything
+crossing an actor boundary is plain data: task directories (paths every node can read), token
+ids, GenerationResults, RolloutGroups (trajectories), buffer.Groups, state dicts.
 
 Sandboxes: each rollout actor owns the sandboxes of the rollouts it runs (workspaces are mounts
 on its node, so a rollout's tools must run where its workspace is); actors are spread over the
@@ -52,13 +53,24 @@ import ray
 
 from opencomposer.rl.orchestrator import Orchestrator, agent_config, select_tasks
 
-_RESUMABLE_CHANGES = ("train.max_steps", "log.", "run.num_threads", "checkpoint.", "agentic.ray.")
+_RESUMABLE_CHANGES = ("train.max_steps", "log.", "run.num_threads", "run.device", "checkpoint.", "agentic.ray.")
 
 
 def _cfg(cfg_json: dict):
     from opencomposer.config import RLConfig
 
     return RLConfig.model_validate(cfg_json)
+
+
+def _actor_device():
+    """cuda:0 when Ray gave this actor a GPU (it sees only its own, as device 0), else the CPU:
+    `agentic.ray.trainer_gpus` / `inference_gpus` decide, not run.device."""
+    import torch
+
+    if not ray.get_gpu_ids():
+        return torch.device("cpu")
+    torch.cuda.set_device(0)
+    return torch.device("cuda", 0)
 
 
 @ray.remote(num_cpus=0, max_concurrency=1000)
@@ -72,7 +84,7 @@ class InferenceActor:
         from opencomposer.rl.trainer import load_policy
 
         cfg = _cfg(cfg_json)
-        model = load_policy(cfg.model, cfg.run.seed).requires_grad_(False)
+        model = load_policy(cfg.model, cfg.run.seed).requires_grad_(False).to(_actor_device())
         if state_dict is not None:
             model.load_state_dict(state_dict)
         dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[cfg.engine.dtype]
@@ -147,7 +159,6 @@ class TrainerActor:
     """One rank of the distributed trainer (rl/trainer.py's Trainer over an FSDP2 model)."""
 
     def __init__(self, cfg_json: dict, rank: int, world: int, init_method: str, ckpt_path: str | None = None):
-        import torch
         import torch.distributed as dist
 
         from opencomposer.rl.checkpoint import Checkpointer
@@ -155,17 +166,15 @@ class TrainerActor:
 
         cfg = _cfg(cfg_json)
         self.rank, self.world = rank, world
-        cuda = torch.cuda.is_available()
-        if cuda:
-            torch.cuda.set_device(0)  # Ray gives each actor its own GPU as device 0
-        dist.init_process_group("nccl" if cuda else "gloo", init_method=init_method, rank=rank, world_size=world)
+        device = _actor_device()
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo", init_method=init_method, rank=rank,
+                                world_size=world)
         model = load_policy(cfg.model, cfg.run.seed)
         state = Checkpointer(Path(ckpt_path).parent).load(ckpt_path) if ckpt_path else None
         if state is not None:
             model.load_state_dict(Checkpointer.load_model(state, dtype=next(model.parameters()).dtype).state_dict())
         ref = load_policy(cfg.model, cfg.run.seed) if cfg.reward.kl_coef > 0 or cfg.loss.kl_loss_coef > 0 else None
-        if cuda:
-            model, ref = model.cuda(), ref.cuda() if ref is not None else None
+        model, ref = model.to(device), ref.to(device) if ref is not None else None
         shard(model)
         self.trainer = Trainer.from_config(cfg, model, ref)
         if state is not None:

@@ -37,6 +37,7 @@ import numpy as np
 import torch
 
 from opencomposer.config import RLConfig, RewardFunctionConfig
+from opencomposer.device import resolve_device
 from opencomposer.engine.types import GenerationRequest, GenerationResult, SamplingParams
 from opencomposer.errors import ConfigError, InferenceError
 from opencomposer.model.tokenizer import Tokenizer, bundled_tokenizer
@@ -48,7 +49,7 @@ from opencomposer.rl.weight_sync import InPlaceSync
 RewardFn = Callable[..., float]
 
 # Changing these between a checkpoint and its resume does not change what is trained.
-_RESUMABLE_CHANGES = ("train.max_steps", "log.", "run.num_threads", "checkpoint.")
+_RESUMABLE_CHANGES = ("train.max_steps", "log.", "run.num_threads", "run.device", "checkpoint.")
 
 
 # ---- data and rewards -------------------------------------------------------------------------
@@ -290,12 +291,13 @@ def run_single_turn(cfg: RLConfig, *, resume: bool = False, prompts: Sequence[Pr
         raise ConfigError(f"the longest prompt ({longest} tokens) + sampling.max_new_tokens "
                           f"({cfg.sampling.max_new_tokens}) exceed engine.max_len ({cfg.engine.max_len})")
 
-    model = load_policy(cfg.model, cfg.run.seed)
+    device = resolve_device(cfg.run.device, "run.device")  # the trainer's, the reference's and the engine's
+    model = load_policy(cfg.model, cfg.run.seed).to(device)
     if tokenizer.vocab_size > model.config.vocab_size:
         raise ConfigError(f"the tokenizer has {tokenizer.vocab_size} tokens, the model's vocab_size is "
                           f"{model.config.vocab_size}")
     needs_ref = cfg.reward.kl_coef > 0 or cfg.loss.kl_loss_coef > 0
-    ref = load_policy(cfg.model, cfg.run.seed) if needs_ref else None  # the initial weights, also on resume
+    ref = load_policy(cfg.model, cfg.run.seed).to(device) if needs_ref else None  # the initial weights, also on resume
     cursor = DataCursor([p.id for p in data], cfg.run.seed, cfg.data.shuffle)
     buffer = GroupBuffer()
     if state is not None:

@@ -33,9 +33,9 @@ reward/mean|std, reward/kl (−β·Σ kl, mean), advantage/abs_mean, groups/dege
 tokens/{total,generated}, tokens/s (train tokens per second of this step), time/step_s,
 samples/skipped_zero_advantage. entropy and mismatch/* are over the samples that ran.
 
-Covered: single-device training of opencomposer's Transformer, one optimiser step per batch
-(single epoch, [R §4]). Left out: FSDP/multi-device (a parallelize step around `model`), LR
-decay schedules, MTP losses during RL.
+Covered: single-device training of opencomposer's Transformer (on the CPU or one GPU: the
+model's device), one optimiser step per batch (single epoch, [R §4]). Left out: FSDP/multi-device
+(a parallelize step around `model`), LR decay schedules, MTP losses during RL.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ from __future__ import annotations
 import copy
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Sequence
 
 import numpy as np
@@ -89,6 +89,10 @@ class Batch:
     behav_logp_BT: torch.Tensor       # float32
     routed_BTYK: torch.Tensor | None  # int32, experts of the input positions; −1 = router's choice
     lengths_B: torch.Tensor           # int64, real input positions per row
+
+    def to(self, device: torch.device) -> "Batch":
+        """The same batch on `device` (itself where it already is)."""
+        return Batch(**{f.name: None if (t := getattr(self, f.name)) is None else t.to(device) for f in fields(self)})
 
     def slice(self, i: int, j: int) -> "Batch":
         T = int(self.lengths_B[i:j].max())  # drop padding this micro-batch does not need
@@ -159,6 +163,8 @@ class Trainer:
     ref_model: the frozen reference for KL; built as a deep copy of `model` (the initial weights)
     when reward.kl_coef > 0 or loss.kl_loss_coef > 0 and none is given; β = 0 needs none.
     temperature: the sampling temperature, applied to the trainer's logits as the engine did.
+    The step runs on the model's device (put the model, and ref_model, there first): batches are
+    built on the host and moved; rewards and advantages (B numbers) stay on the host.
     """
 
     def __init__(self, model: Transformer, train: TrainConfig = TrainConfig(),
@@ -166,6 +172,7 @@ class Trainer:
                  reward: RewardConfig = RewardConfig(), *, ref_model: Transformer | None = None,
                  temperature: float = 1.0, version: int = 0):
         self.model = model.train()
+        self.device = next(model.parameters()).device
         self.train_cfg, self.loss_cfg, self.adv_cfg, self.reward_cfg = train, loss, advantage, reward
         self.temperature = temperature
         self.version = version
@@ -209,7 +216,7 @@ class Trainer:
             out = model(mb.input_ids_BT, routed_experts=mb.routed_BTYK if replay else None, replay_min_ratio=ratio,
                         compute_logits=False)
             hidden_ND, replaced = out.hidden.flatten(0, 1), out.replaced_experts
-            idx_BT = torch.arange(Bm * Tm).view(Bm, Tm)
+            idx_BT = torch.arange(Bm * Tm, device=hidden_ND.device).view(Bm, Tm)
         else:
             hidden_ND, _, replaced = forward_packed(model, packed, replay, ratio, compute_logits=False)
             idx_BT = packed.index_BT[:, :Tm]
@@ -218,7 +225,7 @@ class Trainer:
         logits_UV = (model.lm_head(hidden_ND[pos_U]) / self.temperature).float()
         lse_U = torch.logsumexp(logits_UV, dim=-1)
         logp_M = logits_UV[inv_M, mb.target_ids_BT[mask]] - lse_U[inv_M]
-        logp_BT = torch.zeros(Bm, Tm, dtype=logp_M.dtype).index_put(mask.nonzero(as_tuple=True), logp_M)
+        logp_BT = torch.zeros(Bm, Tm, dtype=logp_M.dtype, device=logp_M.device).index_put(mask.nonzero(as_tuple=True), logp_M)
         with torch.no_grad():
             ent_U = lse_U - (torch.softmax(logits_UV, -1) * logits_UV).sum(-1)
         return logp_BT, ent_U[inv_M], replaced
@@ -236,7 +243,7 @@ class Trainer:
             mb_samples = samples[i:j]
             out.append((i, j, pack([s.token_ids for s in mb_samples], [s.group_id for s in mb_samples],
                                    int(batch.lengths_B[i:j].max()), self._moe_shape,
-                                   [s.routed_experts for s in mb_samples])))
+                                   [s.routed_experts for s in mb_samples]).to(self.device)))
             i = j
         return out
 
@@ -257,7 +264,7 @@ class Trainer:
             raise ValueError("Trainer.step needs at least one sample")
         group_index = {g.group_id: i for i, g in enumerate(groups)}
         gid_B = torch.tensor([group_index[s.group_id] for s in samples])
-        batch = collate(samples, self._moe_shape)
+        batch = collate(samples, self._moe_shape).to(self.device)
         B, T = batch.mask_BT.shape
         metrics: dict[str, float] = {}
 
@@ -266,7 +273,7 @@ class Trainer:
         ref_logp_BT = self._ref_logprobs(batch, self._micro_batches(samples, batch)) if self.needs_ref else None
         if self.reward_cfg.kl_coef > 0:
             kl_B = kl_in_reward(batch.behav_logp_BT, ref_logp_BT, batch.mask_BT, self.reward_cfg.kl_estimator)
-            kl_term_B = -self.reward_cfg.kl_coef * kl_B.double()
+            kl_term_B = -self.reward_cfg.kl_coef * kl_B.double().cpu()
             rewards_B = rewards_B + kl_term_B
             metrics["reward/kl"] = kl_term_B.mean().item()
         adv_B = trajectory_advantages(samples, rewards_B, gid_B, self.adv_cfg).float()
@@ -284,7 +291,8 @@ class Trainer:
         if not bool(run_B.all()):
             run = [samples[i] for i in run_B.nonzero().squeeze(1).tolist()]
             run_adv_B = adv_B[run_B]
-        run_batch = collate(run, self._moe_shape) if run and len(run) < B else batch
+        run_adv_B = run_adv_B.to(self.device)
+        run_batch = collate(run, self._moe_shape).to(self.device) if run and len(run) < B else batch
         metrics["samples/skipped_zero_advantage"] = float(B - len(run))
         mbs = self._micro_batches(run, run_batch) if run else []
         n_run = int(run_batch.mask_BT.sum()) if run else 0
