@@ -146,6 +146,9 @@ class OptimConfig(_Section):
     warmup_steps: int = Field(0, ge=0)
     """Linear warm-up of the learning rate over the first steps (lr x step/warmup_steps): Adam's first
     updates are sign-like (every parameter moves by about lr), which noisy RL gradients make costly."""
+    min_lr_ratio: float | None = Field(None, gt=0, le=1)
+    """Cosine decay from lr (after the warm-up) to lr x this at train.max_steps; None: constant. A
+    decaying lr lowers the noise floor that constant-lr steps on noisy gradients settle at."""
 
 
 class TrainConfig(_Section):

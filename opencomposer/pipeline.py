@@ -68,6 +68,8 @@ class TokenizerStage(_Strict):
     """Bytes of stdlib code to train on."""
     family_samples: int = Field(400, ge=0)
     """Demo-family modules drawn (generator stream "tokenizer", never the task seeds) for the corpus."""
+    split_digits: bool = False
+    """One digit per token (model.tokenizer.train_tokenizer): numbers copy digit by digit."""
 
 
 DEFAULT_MODEL: dict[str, Any] = {
@@ -130,6 +132,8 @@ class RLStage(_Strict):
     """Penalty per failed or malformed tool call (0 for the same reason: correctness is the signal)."""
     warmup_steps: int = Field(0, ge=0)
     """Linear learning-rate warm-up (RL's first Adam steps are otherwise sign-like)."""
+    min_lr_ratio: float | None = Field(None, gt=0, le=1)
+    """Cosine decay of the lr to lr x this over the RL steps (None: constant after the warm-up)."""
     frozen: list[str] = []
     """Parameter-name prefixes RL leaves fixed (train.frozen), e.g. embed_tokens and lm_head."""
     dynamic_sampling: bool = False
@@ -287,7 +291,7 @@ class Pipeline:
                 yield inst.broken[inst.module_path] + "\n" + inst.instruction
                 yield system
 
-        tok = train_tokenizer(texts(), vocab_size=c.vocab_size, out_path=self.paths["tokenizer"])
+        tok = train_tokenizer(texts(), vocab_size=c.vocab_size, out_path=self.paths["tokenizer"], split_digits=c.split_digits)
         n_system = len(tok.encode(system))
         self.console.print(f"tokenizer: {tok.vocab_size} tokens; the demo's system turn is {n_system} tokens")
         return {"vocab_size": tok.vocab_size, "system_turn_tokens": n_system}
@@ -386,7 +390,7 @@ class Pipeline:
             "engine": {"max_slots": max(16, r.group_size * r.rollout_workers), "max_len": agent["context_window"]},
             "sampling": {"temperature": 1.0, "max_new_tokens": agent["max_new_tokens"]},
             "train": {"max_steps": r.steps, "micro_batch_size": r.micro_batch_size, "frozen": r.frozen,
-                      "optim": {"lr": r.lr, "warmup_steps": r.warmup_steps}},
+                      "optim": {"lr": r.lr, "warmup_steps": r.warmup_steps, "min_lr_ratio": r.min_lr_ratio}},
             "reward": {"kl_coef": r.kl_coef, "length_coef": r.length_coef, "failed_tool_call_coef": r.tool_error_coef,
                        "malformed_tool_call_coef": r.tool_error_coef},
             "checkpoint": {"every_steps": max(1, r.steps // 4), "keep_last": 2},

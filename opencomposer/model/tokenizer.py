@@ -123,10 +123,11 @@ def code_corpus(
             yield text
 
 
-def _empty_tokenizer() -> HFTokenizer:
+def _empty_tokenizer(split_digits: bool = False) -> HFTokenizer:
     tok = HFTokenizer(models.BPE())
+    pattern = CODE_SPLIT_PATTERN.replace(r"\p{N}{1,3}", r"\p{N}") if split_digits else CODE_SPLIT_PATTERN
     tok.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(CODE_SPLIT_PATTERN), behavior="isolated"),
+        pre_tokenizers.Split(Regex(pattern), behavior="isolated"),
         pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
     ])
     tok.decoder = decoders.ByteLevel()
@@ -139,8 +140,12 @@ def train_tokenizer(
     vocab_size: int = 4096,
     out_path: str | Path | None = None,
     min_frequency: int = 2,
+    split_digits: bool = False,
 ) -> "Tokenizer":
     """Train a byte-level BPE of `vocab_size` tokens (special tokens included) on `texts`.
+
+    split_digits: one digit per token (as LLaMA's and DeepSeek's tokenizers do) instead of up to
+    three, so a number is the same tokens wherever it appears and a model copies it digit by digit.
 
     `texts` defaults to `code_corpus()`; to train on files or directories pass
     `code_corpus([...])`. `out_path`: a ``.json`` file (tokenizer.json format) or a
@@ -150,7 +155,7 @@ def train_tokenizer(
     if vocab_size < floor:
         raise ConfigError(f"vocab_size={vocab_size} is too small: byte-level BPE needs at least "
                           f"{floor} (256 bytes + {len(SPECIAL_TOKENS)} special tokens)")
-    hf = _empty_tokenizer()
+    hf = _empty_tokenizer(split_digits)
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=list(SPECIAL_TOKENS),
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)

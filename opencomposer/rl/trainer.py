@@ -15,7 +15,8 @@
      threshold train.replay_min_ratio; replaced experts counted), log π_θ(target) of
      logits / temperature, losses.policy_loss, backward of the loss scaled so the sum over
      micro-batches is the full-batch loss (below);
-  6. clip the global grad norm, AdamW step (optim.warmup_steps of linear warm-up), policy version += 1.
+  6. clip the global grad norm, AdamW step (optim.warmup_steps of linear warm-up, then constant or
+     a cosine decay to optim.min_lr_ratio), policy version += 1.
 
 Loss normalisation over micro-batches (b = micro-batch, B samples in the batch):
     constant             Σ_b loss_b·B_b/B with one T_c for all (loss.loss_norm_tokens, else the
@@ -392,9 +393,15 @@ class Trainer:
         return metrics
 
     def lr_at(self, step: int) -> float:
-        """The learning rate of step `step` (0-based): linear warm-up, then constant."""
-        o = self.train_cfg.optim
-        return o.lr * min(1.0, (step + 1) / o.warmup_steps) if o.warmup_steps else o.lr
+        """The learning rate of step `step` (0-based): linear warm-up, then constant, or a cosine
+        decay to lr x optim.min_lr_ratio at train.max_steps."""
+        o, total = self.train_cfg.optim, self.train_cfg.max_steps
+        if o.warmup_steps and step < o.warmup_steps:
+            return o.lr * (step + 1) / o.warmup_steps
+        if o.min_lr_ratio is None or not total or total <= o.warmup_steps:
+            return o.lr
+        t = min(1.0, (step - o.warmup_steps) / max(1, total - 1 - o.warmup_steps))
+        return o.lr * (o.min_lr_ratio + (1 - o.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * t)))
 
     # ---- checkpointing -------------------------------------------------------------------
 

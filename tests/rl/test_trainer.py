@@ -292,3 +292,7 @@ def test_warmup_ramps_the_learning_rate_linearly_then_holds():
     lrs = [trainer.step(random_groups(seed=i))["lr"] for i in range(5)]
     assert lrs == pytest.approx([2.5e-4, 5e-4, 7.5e-4, 1e-3, 1e-3])
     assert trainer.optimizer.param_groups[0]["lr"] == pytest.approx(1e-3)
+    decay = Trainer(tiny_model(), TrainConfig(max_steps=6, optim={"lr": 1e-3, "warmup_steps": 2, "min_lr_ratio": 0.1}),
+                    reward=NO_KL)
+    assert [decay.lr_at(s) for s in range(7)] == pytest.approx(
+        [5e-4, 1e-3, 1e-3, 1e-4 + 9e-4 * 0.75, 1e-4 + 9e-4 * 0.25, 1e-4, 1e-4])
