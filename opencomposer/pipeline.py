@@ -93,7 +93,7 @@ class PretrainStage(_Strict):
 class TasksStage(_Strict):
     n_train: int = Field(256, gt=0)
     n_heldout: int = Field(200, gt=0)
-    n_rl: int = Field(1024, gt=0)
+    n_rl: int = Field(1152, gt=0)
     """Tasks for RL, from a third generator seed with every training and held-out instance
     excluded: RL never trains on the tasks SFT memorised (nor on held-out ones)."""
     difficulty: int = Field(0, ge=0)
@@ -112,17 +112,18 @@ class SFTStage(_Strict):
 class EvalStage(_Strict):
     temperature: float = Field(1.0, ge=0)
     """Sampling temperature of both evaluations (RL samples at 1.0 too)."""
-    concurrency: int = Field(16, ge=1)
+    concurrency: int = Field(64, ge=1)
     """Episodes at once (one engine batches them)."""
 
 
 class RLStage(_Strict):
-    steps: int = Field(32, gt=0)
+    steps: int = Field(64, gt=0)
     """Trainer steps; steps x groups_per_step RL tasks are used, each once."""
     group_size: int = Field(8, ge=2)
     """G: rollouts per task (Dr. GRPO needs mixed outcomes within a group)."""
-    groups_per_step: int = Field(8, ge=1)
-    lr: float = Field(1e-4, gt=0)
+    groups_per_step: int = Field(16, ge=1)
+    """128 rollouts a step: at 64 the gradient was ~7% signal (docs/demo-design.md)."""
+    lr: float = Field(2e-4, gt=0)
     kl_coef: float = Field(0.0, ge=0)
     """beta of the KL penalty to the SFT policy."""
     length_coef: float = Field(0.0, ge=0)
@@ -130,7 +131,7 @@ class RLStage(_Strict):
     answering at once without tools, which measured as a collapse (resolved 0 after 3 steps at lr 1e-3)."""
     tool_error_coef: float = Field(0.0, ge=0)
     """Penalty per failed or malformed tool call (0 for the same reason: correctness is the signal)."""
-    warmup_steps: int = Field(0, ge=0)
+    warmup_steps: int = Field(4, ge=0)
     """Linear learning-rate warm-up (RL's first Adam steps are otherwise sign-like)."""
     min_lr_ratio: float | None = Field(None, gt=0, le=1)
     """Cosine decay of the lr to lr x this over the RL steps (None: constant after the warm-up)."""
@@ -138,7 +139,7 @@ class RLStage(_Strict):
     """Parameter-name prefixes RL leaves fixed (train.frozen), e.g. embed_tokens and lm_head."""
     dynamic_sampling: bool = False
     """Groups whose rollouts all tie do not count toward groups_per_step (DAPO; orchestrator.py)."""
-    rollout_workers: int = Field(2, ge=1)
+    rollout_workers: int = Field(8, ge=1)
     """Groups rolled out at once; the engine batches all their rollouts (group_size x this slots)."""
     max_staleness: int = Field(1, ge=0)
     micro_batch_size: int = Field(16, ge=1)
