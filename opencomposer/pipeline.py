@@ -133,7 +133,7 @@ class RLStage(_Strict):
     """Penalty per failed or malformed tool call (0 for the same reason: correctness is the signal)."""
     warmup_steps: int = Field(4, ge=0)
     """Linear learning-rate warm-up (RL's first Adam steps are otherwise sign-like)."""
-    min_lr_ratio: float | None = Field(None, gt=0, le=1)
+    min_lr_ratio: float | None = Field(0.1, gt=0, le=1)
     """Cosine decay of the lr to lr x this over the RL steps (None: constant after the warm-up)."""
     frozen: list[str] = []
     """Parameter-name prefixes RL leaves fixed (train.frozen), e.g. embed_tokens and lm_head."""
