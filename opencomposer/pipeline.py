@@ -101,7 +101,8 @@ class TasksStage(_Strict):
 
 
 class SFTStage(_Strict):
-    steps: int = Field(400, gt=0)
+    steps: int = Field(800, gt=0)
+    """25 epochs: at 400 the copying of paths and lines had been learned in 1 of 3 seeds (held-out 19%, 0%, 2%)."""
     batch_size: int = Field(8, gt=0)
     lr: float = Field(3e-3, gt=0)
     warmup_steps: int = Field(10, ge=0)
