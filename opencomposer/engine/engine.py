@@ -510,19 +510,13 @@ class Engine:
         experts = out.routed_experts.cpu().numpy() if want else None
         n, toks = n_B.tolist(), out_BJ.tolist()
         for b, s in enumerate(seqs):
-            m = n[b] + 1
-            s.spec_accepted += n[b]
-            s.spec_proposed += k
-            self.stats.spec_accepted += n[b]
-            self.stats.spec_proposed += k
-            self._extend(s, toks[b][:m], lps[b][:m],
-                         experts[b, :m] if experts is not None else None)
+            self._accept(s, n[b], toks[b], lps[b], experts[b] if experts is not None else None)
         self._draft([s for s in seqs if s.finish is None])
 
     def _spec_step_greedy(self, seqs: list[_Seq]) -> None:
         """_spec_step for greedy rows whose windows are full: the whole step in one call of the
         forward backend (Forward.spec_greedy: the C++ kernels do verify, accept and draft)."""
-        k, W = self.k, self._windows.shape[2]
+        W = self._windows.shape[2]
         want = any(s.wants_experts for s in seqs)
         r = self._fwd.spec_greedy(torch.tensor([[s.tokens[-1]] + s.drafts for s in seqs], device=self.device),
                                   torch.tensor([s.slot for s in seqs], device=self.device),
@@ -530,13 +524,16 @@ class Engine:
         n, toks, lps, drafts = r.accepted.tolist(), r.tokens.tolist(), r.logprobs.tolist(), r.drafts.tolist()
         experts = r.routed_experts.cpu().numpy() if want else None
         for b, s in enumerate(seqs):
-            m = n[b] + 1
-            s.spec_accepted += n[b]
-            s.spec_proposed += k
-            self.stats.spec_accepted += n[b]
-            self.stats.spec_proposed += k
-            self._extend(s, toks[b][:m], lps[b][:m], experts[b, :m] if experts is not None else None)
+            self._accept(s, n[b], toks[b], lps[b], experts[b] if experts is not None else None)
             s.drafts, s.q_kV = drafts[b], None
+
+    def _accept(self, s: _Seq, n: int, toks: list[int], lps: list[float], experts) -> None:
+        """Extend s by its n accepted drafts and the token after them; count the acceptance."""
+        s.spec_accepted += n
+        s.spec_proposed += self.k
+        self.stats.spec_accepted += n
+        self.stats.spec_proposed += self.k
+        self._extend(s, toks[:n + 1], lps[:n + 1], experts[:n + 1] if experts is not None else None)
 
     def _draft(self, seqs: list[_Seq]) -> None:
         """Draft k tokens for each sequence (speculative.draft), in groups of one window size;
