@@ -162,12 +162,18 @@ def _sync(runner: nn.Module, last: bool, sharded: bool) -> contextlib.AbstractCo
 
 def lr_at(phase: PhaseConfig, step: int) -> float:
     """Linear warmup over warmup_steps, then cosine from lr to lr * min_lr_ratio at the last step."""
-    if step < phase.warmup_steps:
-        return phase.lr * (step + 1) / phase.warmup_steps
-    span = max(phase.steps - 1 - phase.warmup_steps, 1)
-    progress = min((step - phase.warmup_steps) / span, 1.0)
-    floor = phase.lr * phase.min_lr_ratio
-    return floor + (phase.lr - floor) * 0.5 * (1 + math.cos(math.pi * progress))
+    return warmup_cosine_lr(phase.lr, step, phase.warmup_steps, phase.steps, phase.min_lr_ratio)
+
+
+def warmup_cosine_lr(lr: float, step: int, warmup_steps: int, steps: int, min_lr_ratio: float) -> float:
+    """The lr of step `step` (0-based) of `steps`: linear warm-up, then cosine to lr * min_lr_ratio
+    at the last step (pretraining, SFT and the RL trainer share it)."""
+    if step < warmup_steps:
+        return lr * (step + 1) / warmup_steps
+    span = max(steps - 1 - warmup_steps, 1)
+    progress = min((step - warmup_steps) / span, 1.0)
+    floor = lr * min_lr_ratio
+    return floor + (lr - floor) * 0.5 * (1 + math.cos(math.pi * progress))
 
 
 def extended_config(base: ModelConfig, yarn_factor: float | None) -> ModelConfig:

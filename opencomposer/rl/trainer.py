@@ -36,7 +36,7 @@ samples/skipped_zero_advantage. entropy and mismatch/* are over the samples that
 
 Covered: single-device training of opencomposer's Transformer (on the CPU or one GPU: the
 model's device), one optimiser step per batch (single epoch, [R §4]). Left out: FSDP/multi-device
-(a parallelize step around `model`), LR decay schedules, MTP losses during RL.
+(a parallelize step around `model`; rl/ray_runner.py wraps it), MTP losses during RL.
 """
 
 from __future__ import annotations
@@ -271,7 +271,8 @@ class Trainer:
 
         # KL-in-reward against the frozen reference, then group-relative advantages.
         rewards_B = torch.tensor([s.reward for s in samples], dtype=torch.float64)
-        ref_logp_BT = self._ref_logprobs(batch, self._micro_batches(samples, batch)) if self.needs_ref else None
+        ref_mbs = self._micro_batches(samples, batch) if self.needs_ref else None
+        ref_logp_BT = self._ref_logprobs(batch, ref_mbs) if ref_mbs is not None else None
         if self.reward_cfg.kl_coef > 0:
             kl_B = kl_in_reward(batch.behav_logp_BT, ref_logp_BT, batch.mask_BT, self.reward_cfg.kl_estimator)
             kl_term_B = -self.reward_cfg.kl_coef * kl_B.double().cpu()
@@ -295,7 +296,12 @@ class Trainer:
         run_adv_B = run_adv_B.to(self.device)
         run_batch = collate(run, self._moe_shape).to(self.device) if run and len(run) < B else batch
         metrics["samples/skipped_zero_advantage"] = float(B - len(run))
-        mbs = self._micro_batches(run, run_batch) if run else []
+        if not run:
+            mbs = []
+        elif run_batch is batch and ref_mbs is not None:  # nothing skipped: the reference's packing serves
+            mbs = ref_mbs
+        else:
+            mbs = self._micro_batches(run, run_batch)
         n_run = int(run_batch.mask_BT.sum()) if run else 0
         if agg == "constant":
             mb_cfg = self.loss_cfg.model_copy(update={"loss_norm_tokens": self.loss_cfg.loss_norm_tokens or T})
@@ -395,13 +401,12 @@ class Trainer:
     def lr_at(self, step: int) -> float:
         """The learning rate of step `step` (0-based): linear warm-up, then constant, or a cosine
         decay to lr x optim.min_lr_ratio at train.max_steps."""
+        from opencomposer.pretrain.train import warmup_cosine_lr
+
         o, total = self.train_cfg.optim, self.train_cfg.max_steps
-        if o.warmup_steps and step < o.warmup_steps:
-            return o.lr * (step + 1) / o.warmup_steps
-        if o.min_lr_ratio is None or not total or total <= o.warmup_steps:
-            return o.lr
-        t = min(1.0, (step - o.warmup_steps) / max(1, total - 1 - o.warmup_steps))
-        return o.lr * (o.min_lr_ratio + (1 - o.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * t)))
+        if step >= o.warmup_steps and (o.min_lr_ratio is None or not total or total <= o.warmup_steps):
+            return o.lr  # constant after the warm-up
+        return warmup_cosine_lr(o.lr, step, o.warmup_steps, total or 0, o.min_lr_ratio or 1.0)
 
     # ---- checkpointing -------------------------------------------------------------------
 
