@@ -112,7 +112,7 @@ class SFTStage(_Strict):
 
 class EvalStage(_Strict):
     temperature: float = Field(1.0, ge=0)
-    """Sampling temperature of both evaluations (RL samples at 1.0 too)."""
+    """Sampling temperature of both evaluations (RL samples at rl.temperature)."""
     concurrency: int = Field(64, ge=1)
     """Episodes at once (one engine batches them)."""
 
@@ -125,6 +125,9 @@ class RLStage(_Strict):
     groups_per_step: int = Field(16, ge=1)
     """128 rollouts a step: at 64 the gradient was ~7% signal (docs/demo-design.md)."""
     lr: float = Field(2e-4, gt=0)
+    temperature: float = Field(1.0, gt=0)
+    """Rollout sampling temperature; the trainer divides its logits by it too, so RL stays on-policy
+    for the tempered policy (the evaluations use eval.temperature)."""
     kl_coef: float = Field(0.0, ge=0)
     """beta of the KL penalty to the SFT policy."""
     length_coef: float = Field(0.0, ge=0)
@@ -390,7 +393,7 @@ class Pipeline:
                     "device": self.cfg.device},
             "model": {"path": str(self.paths["sft"] / "model"), "tokenizer": str(self.paths["tokenizer"])},
             "engine": {"max_slots": max(16, r.group_size * r.rollout_workers), "max_len": agent["context_window"]},
-            "sampling": {"temperature": 1.0, "max_new_tokens": agent["max_new_tokens"]},
+            "sampling": {"temperature": r.temperature, "max_new_tokens": agent["max_new_tokens"]},
             "train": {"max_steps": r.steps, "micro_batch_size": r.micro_batch_size, "frozen": r.frozen,
                       "optim": {"lr": r.lr, "warmup_steps": r.warmup_steps, "min_lr_ratio": r.min_lr_ratio}},
             "reward": {"kl_coef": r.kl_coef, "length_coef": r.length_coef, "failed_tool_call_coef": r.tool_error_coef,

@@ -3,9 +3,11 @@
 `PolicyClient` has two levels:
 
 - token level, ``await client.generate(input_ids, sampling, *, return_logprob=True,
-  return_routed_experts=False, return_prompt_routed_experts=False) -> GenerationResult``
-  (types.py): token ids in; token ids, per-token behaviour logprobs, routed experts and
-  policy versions out. This is what RL rollouts use: the agent loop encodes the
+  return_routed_experts=False, return_prompt_routed_experts=False, logprobs_mode="raw") ->
+  GenerationResult`` (types.py): token ids in; token ids, per-token behaviour logprobs, routed
+  experts and policy versions out; logprobs_mode "processed" asks for the log-probabilities of
+  the distribution actually sampled (temperature, top-p, top-k applied: what RL's ratio needs
+  when it samples at a temperature other than 1). This is what RL rollouts use: the agent loop encodes the
   conversation itself (harness/chat.py) and keeps the generated ids verbatim.
 - chat level, ``await client.chat(messages, tools=None, sampling=SamplingParams()) ->
   ChatResult``: OpenAI-format messages and tools in; a `ChatResult` out with
@@ -83,8 +85,8 @@ class ChatResult:
 
 class PolicyClient(Protocol):
     async def generate(self, input_ids: Sequence[int], sampling: SamplingParams, *, return_logprob: bool = True,
-                       return_routed_experts: bool = False,
-                       return_prompt_routed_experts: bool = False) -> GenerationResult: ...
+                       return_routed_experts: bool = False, return_prompt_routed_experts: bool = False,
+                       logprobs_mode: str = "raw") -> GenerationResult: ...
 
     async def chat(self, messages: Sequence[dict], tools: Sequence[dict] | None = None,
                    sampling: SamplingParams = SamplingParams()) -> ChatResult: ...
@@ -120,11 +122,11 @@ async def chat_turn(generate: GenerateFn, tok: Tokenizer, prompt_ids: list[int],
 
 
 def _request(input_ids: Sequence[int], sampling: SamplingParams, return_logprob: bool, return_routed_experts: bool,
-             return_prompt_routed_experts: bool) -> GenerationRequest:
+             return_prompt_routed_experts: bool, logprobs_mode: str = "raw") -> GenerationRequest:
     return GenerationRequest(input_ids=list(input_ids), sampling=dataclasses.replace(sampling, stop=()),
                              return_logprob=return_logprob, return_routed_experts=return_routed_experts,
                              return_prompt_routed_experts=return_prompt_routed_experts,
-                             request_id=uuid.uuid4().hex)
+                             request_id=uuid.uuid4().hex, logprobs_mode=logprobs_mode)
 
 
 class InProcessClient:
@@ -139,11 +141,11 @@ class InProcessClient:
         return self.tokenizer
 
     async def generate(self, input_ids: Sequence[int], sampling: SamplingParams, *, return_logprob: bool = True,
-                       return_routed_experts: bool = False,
-                       return_prompt_routed_experts: bool = False) -> GenerationResult:
+                       return_routed_experts: bool = False, return_prompt_routed_experts: bool = False,
+                       logprobs_mode: str = "raw") -> GenerationResult:
         tok = self._tok("stop strings") if sampling.stop else None
         result = await self.engine.generate(_request(input_ids, sampling, return_logprob, return_routed_experts,
-                                                     return_prompt_routed_experts))
+                                                     return_prompt_routed_experts, logprobs_mode))
         return apply_stop_strings(result, tok, sampling.stop)[0] if tok else result
 
     async def chat(self, messages: Sequence[dict], tools: Sequence[dict] | None = None,
@@ -267,7 +269,8 @@ async def _token_server_chat(client: "SGLangClient | VLLMClient", messages: Sequ
 
 class SGLangClient(_HTTPClient):
     """SGLang's native ``/generate`` (opencomposer's server speaks it too). `base_url` is the
-    server root, e.g. ``http://127.0.0.1:30000``."""
+    server root, e.g. ``http://127.0.0.1:30000``. logprobs_mode "processed" is sent as the body's
+    ``logprobs_mode`` (opencomposer's server's extension; SGLang itself refuses the field)."""
 
     def __init__(self, base_url: str, *, tokenizer: Tokenizer | None = None,
                  routed_experts_shape: tuple[int, int] | None = None, **http):
@@ -280,8 +283,8 @@ class SGLangClient(_HTTPClient):
         return await _token_server_chat(self, messages, tools, sampling)
 
     async def generate(self, input_ids: Sequence[int], sampling: SamplingParams, *, return_logprob: bool = True,
-                       return_routed_experts: bool = False,
-                       return_prompt_routed_experts: bool = False) -> GenerationResult:
+                       return_routed_experts: bool = False, return_prompt_routed_experts: bool = False,
+                       logprobs_mode: str = "raw") -> GenerationResult:
         ids = list(input_ids)
         sp: dict[str, Any] = {"temperature": sampling.temperature, "top_p": sampling.top_p, "top_k": sampling.top_k,
                               "max_new_tokens": sampling.max_new_tokens, "skip_special_tokens": False}
@@ -296,6 +299,8 @@ class SGLangClient(_HTTPClient):
         if return_routed_experts:
             body["return_routed_experts"] = True
             body["routed_experts_start_len"] = 0 if return_prompt_routed_experts else max(len(ids) - 1, 0)
+        if logprobs_mode != "raw":
+            body["logprobs_mode"] = logprobs_mode
         resp = await self._post("/generate", body)
         return self._result(ids, resp, return_logprob, return_routed_experts)
 
@@ -327,19 +332,27 @@ class VLLMClient(_HTTPClient):
     """vLLM's OpenAI server: token ids in as the ``/v1/completions`` prompt, ids back via
     ``return_token_ids`` (or ``return_tokens_as_token_ids`` logprobs), logprobs with
     ``logprobs=0`` (the sampled token only), routed experts via ``routed_experts_prompt_start``
-    and ``choices[].routed_experts`` (.npy in base64). `base_url` is the server root."""
+    and ``choices[].routed_experts`` (.npy in base64). `base_url` is the server root.
+    vLLM sets the logprobs mode per server, not per request: `logprobs_mode` says which the
+    server was started with (``--logprobs-mode processed_logprobs`` for "processed"), and a
+    request for the other one is refused rather than answered with the wrong numbers."""
 
-    def __init__(self, base_url: str, model: str, *, tokenizer: Tokenizer | None = None, **http):
+    def __init__(self, base_url: str, model: str, *, tokenizer: Tokenizer | None = None,
+                 logprobs_mode: str = "raw", **http):
         super().__init__(base_url, **http)
-        self.model, self.tokenizer = model, tokenizer
+        self.model, self.tokenizer, self.logprobs_mode = model, tokenizer, logprobs_mode
 
     async def chat(self, messages: Sequence[dict], tools: Sequence[dict] | None = None,
                    sampling: SamplingParams = SamplingParams()) -> ChatResult:
         return await _token_server_chat(self, messages, tools, sampling)
 
     async def generate(self, input_ids: Sequence[int], sampling: SamplingParams, *, return_logprob: bool = True,
-                       return_routed_experts: bool = False,
-                       return_prompt_routed_experts: bool = False) -> GenerationResult:
+                       return_routed_experts: bool = False, return_prompt_routed_experts: bool = False,
+                       logprobs_mode: str = "raw") -> GenerationResult:
+        if return_logprob and logprobs_mode != self.logprobs_mode:
+            raise InferenceError(f"{logprobs_mode} logprobs asked of a vLLM server declared {self.logprobs_mode!r}: "
+                                 f"start vLLM with --logprobs-mode {logprobs_mode}_logprobs and pass "
+                                 f"VLLMClient(..., logprobs_mode={logprobs_mode!r})")
         ids = list(input_ids)
         body: dict[str, Any] = {
             "model": self.model, "prompt": ids, "max_tokens": sampling.max_new_tokens,

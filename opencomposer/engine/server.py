@@ -60,7 +60,7 @@ import logging
 import time
 import uuid
 from collections import Counter
-from typing import Any, Callable, ClassVar
+from typing import Any, Callable, ClassVar, Literal
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
@@ -173,6 +173,8 @@ class GenerateBody(_Body):
     return_text_in_logprobs: bool = False
     return_routed_experts: bool = False
     routed_experts_start_len: int = Field(0, ge=0)
+    logprobs_mode: Literal["raw", "processed"] = "raw"
+    """opencomposer's extension: "processed" returns the logprobs of the distribution sampled from."""
     stream: bool = False
     neutral_values: ClassVar[dict[str, Any]] = {"top_logprobs_num": 0, "stream": False}
 
@@ -432,7 +434,7 @@ def create_app(engine: InferenceEngine, tokenizer: Tokenizer, *, max_len: int, v
                 return_routed_experts=body.return_routed_experts,
                 return_prompt_routed_experts=(body.return_routed_experts
                                               and body.routed_experts_start_len < len(ids) - 1),
-                request_id=rid or uuid.uuid4().hex)
+                request_id=rid or uuid.uuid4().hex, logprobs_mode=body.logprobs_mode)
             jobs.append((req, sampling, sp))
         t0 = time.perf_counter()
         results = await asyncio.gather(*(srv.run(req, sampling.stop) for req, sampling, _ in jobs))

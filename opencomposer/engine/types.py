@@ -60,6 +60,14 @@ class GenerationRequest:
     top-k, top-p applied; 0.0 for greedy), as vLLM's `logprobs_mode="processed_logprobs"`."""
 
 
+def behaviour_logprobs_mode(sampling: SamplingParams) -> str:
+    """The logprobs_mode whose values are the probabilities the tokens were drawn from, for a
+    trainer that applies the same temperature (and truncation) to its own logits: "raw" when
+    sampling is the model's own distribution (temperature 1, no top-p or top-k), else "processed"."""
+    untruncated = sampling.top_p >= 1.0 and sampling.top_k <= 0
+    return "raw" if untruncated and sampling.temperature == 1.0 else "processed"
+
+
 @dataclass
 class GenerationResult:
     """One finished completion. Arrays are numpy (plain data: picklable, JSON-able via .tolist())."""

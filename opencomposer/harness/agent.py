@@ -54,7 +54,7 @@ from typing import Protocol, Sequence
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from opencomposer.engine.types import GenerationResult, SamplingParams
+from opencomposer.engine.types import GenerationResult, SamplingParams, behaviour_logprobs_mode
 from opencomposer.errors import ConfigError
 from opencomposer.harness.chat import (
     Message, encode_messages, encode_turn, finish_generated, generation_prompt_ids, parse_assistant,
@@ -189,8 +189,10 @@ class TokenClientPolicy:
         self.client, self.tokenizer, self.name, self.routed_experts = client, tokenizer, name, routed_experts
 
     async def generate(self, input_ids: list[int], sampling: SamplingParams) -> GenerationResult:
+        """Logprobs of the distribution the tokens were drawn from (behaviour_logprobs_mode)."""
         return await self.client.generate(input_ids, sampling, return_logprob=True,
-                                          return_routed_experts=self.routed_experts)
+                                          return_routed_experts=self.routed_experts,
+                                          logprobs_mode=behaviour_logprobs_mode(sampling))
 
 
 class ChatClientPolicy:

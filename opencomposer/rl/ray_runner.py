@@ -93,10 +93,11 @@ class InferenceActor:
         self.engine.policy_version = version
 
     async def generate(self, input_ids: list[int], sampling, routed_experts: bool):
-        from opencomposer.engine.types import GenerationRequest
+        from opencomposer.engine.types import GenerationRequest, behaviour_logprobs_mode
 
         return await self.engine.generate(GenerationRequest(input_ids, sampling, return_logprob=True,
-                                                            return_routed_experts=routed_experts))
+                                                            return_routed_experts=routed_experts,
+                                                            logprobs_mode=behaviour_logprobs_mode(sampling)))
 
     async def update_weights(self, state_dict: dict, version: int) -> int:
         return await asyncio.to_thread(self.engine.update_weights, state_dict, version)

@@ -38,7 +38,7 @@ import torch
 
 from opencomposer.config import RLConfig, RewardFunctionConfig
 from opencomposer.device import resolve_device
-from opencomposer.engine.types import GenerationRequest, GenerationResult, SamplingParams
+from opencomposer.engine.types import GenerationRequest, GenerationResult, SamplingParams, behaviour_logprobs_mode
 from opencomposer.errors import ConfigError, InferenceError
 from opencomposer.model.tokenizer import Tokenizer, bundled_tokenizer
 from opencomposer.rl.buffer import DataCursor, Group, GroupBuffer, Sample
@@ -192,7 +192,6 @@ def generate_groups(engine: Any, tokenizer: Tokenizer, prompts: Sequence[Prompt]
     """G completions per prompt in one engine batch, scored into Groups."""
     sc, G = cfg.sampling, cfg.data.group_size
     stop = (tokenizer.eos_id,) if sc.stop_at_eos and tokenizer.eos_id is not None else ()
-    exact_raw = sc.temperature == 1.0 and sc.top_p == 1.0 and sc.top_k in (-1, 0)
     replay = cfg.train.router_replay and bool(engine.model.config.moe_layers)
     requests, owners = [], []
     for p in prompts:
@@ -203,7 +202,7 @@ def generate_groups(engine: Any, tokenizer: Tokenizer, prompts: Sequence[Prompt]
                                 seed=request_seed(cfg.run.seed, p.id, j))
             requests.append(GenerationRequest(ids, sp, return_logprob=True, return_routed_experts=replay,
                                               return_prompt_routed_experts=replay,
-                                              logprobs_mode="raw" if exact_raw else "processed"))
+                                              logprobs_mode=behaviour_logprobs_mode(sp)))
             owners.append(p)
     results = engine.generate_batch(requests)
     mcfg = engine.model.config

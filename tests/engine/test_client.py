@@ -259,3 +259,33 @@ async def test_real_engine_in_process_and_over_http_agree(engine, tok):
     np.testing.assert_array_equal(via_vllm.routed_experts, local.routed_experts)
     assert chat.finish_reason in ("stop", "length", "tool_calls") and chat.message["role"] == "assistant"
     assert chat.usage.completion_tokens <= 5
+
+
+async def test_tempered_sampling_returns_the_logprobs_it_sampled_from(engine, tiny_model, tok):
+    """At a temperature other than 1 the agent's token policy asks for "processed" logprobs:
+    log softmax(logits / T) of the sampled tokens, what RL's trainer recomputes at that
+    temperature; in process and through the server's /generate alike. vLLM, whose mode is the
+    server's, refuses a mode it was not declared to serve."""
+    from opencomposer.harness.agent import TokenClientPolicy
+
+    ids = [1, 100, 200, 300]
+    T = 1.7
+    sampling = SamplingParams(temperature=T, max_new_tokens=8, seed=3)
+    local = await TokenClientPolicy(InProcessClient(engine, tok), tok, routed_experts=False).generate(ids, sampling)
+    async with SGLangClient("http://test", transport=asgi(engine, tok)) as sgl:
+        remote = await TokenClientPolicy(sgl, tok, routed_experts=False).generate(ids, sampling)
+    raw = await InProcessClient(engine, tok).generate(ids, sampling)
+    seq = torch.tensor([ids + local.output_ids])
+    with torch.no_grad():
+        logits = tiny_model(seq[:, :-1]).logits[0, len(ids) - 1:].float()
+    out = torch.tensor(local.output_ids)
+    tempered = torch.log_softmax(logits / T, -1).gather(-1, out[:, None])[:, 0]
+    plain = torch.log_softmax(logits, -1).gather(-1, out[:, None])[:, 0]
+    assert raw.output_ids == local.output_ids == remote.output_ids  # same seed, same tokens
+    np.testing.assert_allclose(local.logprobs, tempered.numpy(), atol=1e-4)
+    np.testing.assert_allclose(remote.logprobs, local.logprobs, atol=1e-6)
+    np.testing.assert_allclose(raw.logprobs, plain.numpy(), atol=1e-4)
+    assert not np.allclose(raw.logprobs, local.logprobs, atol=1e-3)
+    async with VLLMClient("http://test", "tiny", transport=asgi(engine, tok)) as vllm:
+        with pytest.raises(InferenceError, match="--logprobs-mode processed_logprobs"):
+            await vllm.generate(ids, sampling, logprobs_mode="processed")
