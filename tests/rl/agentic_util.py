@@ -37,8 +37,8 @@ def fake_policy(step_delay_s=0.002, max_len=4096):
     return engine, policy
 
 
-def agentic(**kw) -> AgenticConfig:
-    rollout = RolloutConfig(group_size=2, task_timeout_s=60,
+def agentic(task_timeout_s: float = 60, **kw) -> AgenticConfig:
+    rollout = RolloutConfig(group_size=2, task_timeout_s=task_timeout_s,
                             agent=AgentConfig(max_turns=2, max_new_tokens=8, summarize_at=None, tools=FEW_TOOLS))
     return AgenticConfig(suite=str(SMOKE), rollout=rollout, **{"groups_per_step": 2, "rollout_workers": 3, **kw})
 

@@ -61,7 +61,10 @@ async def test_async_mode_keeps_generating_during_training_within_the_bound():
     trainer = SleepyTrainer(delay_s=0.2)
     tasks = smoke_tasks(8)
     gated = tasks[0].id
-    orch = Orchestrator(tasks, trainer, engine_sync(engine), agentic(max_staleness=1, rollout_workers=4),
+    # The gated rollout waits for step 1's weights: on a loaded machine that can take longer than
+    # the default task timeout, which would retry it from scratch (not what this test is about).
+    orch = Orchestrator(tasks, trainer, engine_sync(engine),
+                        agentic(max_staleness=1, rollout_workers=4, task_timeout_s=600),
                         RewardConfig(), make_policy=lambda t: WaitForNewWeights(policy, engine) if t.id == gated else policy)
     history = await orch.run()
     assert sorted(trainer.trained_task_ids()) == sorted(t.id for t in tasks)
