@@ -126,6 +126,88 @@ def test_kernels_moe_equals_the_models_router_and_experts():
         torch.testing.assert_close(out, x_ND + y_BTD[0], atol=1e-5, rtol=1e-5)
 
 
+def _pass_outputs(model, threads: int, seed: int = 5):
+    """Logits, hidden states and experts of one native pass (T = 3, 3 rows) at `threads` threads."""
+    cache = KVCache(model.config, max_slots=4, max_len=32)
+    _fill(model, cache, [0, 1, 2], [4, 6, 5], seed=seed)
+    ids_BT = torch.randint(0, model.config.vocab_size, (3, 3), generator=torch.Generator().manual_seed(seed))
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        with torch.inference_mode():
+            out = NativeForward(model, cache)(ids_BT, torch.tensor([0, 1, 2]), want_experts=True)
+    finally:
+        torch.set_num_threads(before)
+    return out.logits, out.hidden, out.routed_experts
+
+
+@needs_native
+def test_kernels_give_the_same_bits_on_any_number_of_threads():
+    """The pool (csrc/pool.h) splits panels, experts and (row, head) pairs between threads,
+    never a sum: 1, 2 and 3 threads (more than this machine's cores) agree bit for bit."""
+    model = tiny_model(num_experts=7, moe_intermediate_size=13)
+    want = _pass_outputs(model, 1)
+    for threads in (2, 3):
+        for a, b in zip(_pass_outputs(model, threads), want):
+            assert torch.equal(a, b)
+
+
+@needs_native
+def test_kernels_from_several_threads_at_once_and_in_a_forked_child():
+    """Callers on several Python threads share the one pool (a caller that finds it busy runs
+    on its own thread), and a forked child, which inherits none of the pool's workers, gets
+    a pool of its own instead of waiting for them."""
+    import multiprocessing
+    import threading
+
+    model = tiny_model(seed=4)
+    threads_before = torch.get_num_threads()
+    want = _pass_outputs(model, 2)
+    got, errors = [], []
+
+    def call():
+        try:
+            for _ in range(5):
+                got.append(_pass_outputs(model, 2))
+        except Exception as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=call) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not errors and len(got) == 15
+    for outs in got:
+        for a, b in zip(outs, want):
+            assert torch.equal(a, b)
+    # The child calls only the kernels: torch's own OpenMP ops hang in a child forked after
+    # they ran on 2 threads (libgomp is not fork-safe), which is torch's matter, not the pool's.
+    ops = native.ops()
+    g = torch.Generator().manual_seed(7)
+    x, w = torch.randn(16, 64, generator=g), torch.randn(160, 64, generator=g)
+    wp = native.pack_linear(w)
+    torch.set_num_threads(2)
+    try:
+        y = ops.linear(x, wp, 160).flatten().tolist()  # the parent's pool has a worker now
+    finally:
+        torch.set_num_threads(threads_before)
+    ctx = multiprocessing.get_context("fork")
+    q = ctx.Queue()
+
+    def child_main():
+        torch.set_num_threads(2)
+        q.put(ops.linear(x, wp, 160).flatten().tolist())
+
+    child = ctx.Process(target=child_main)
+    child.start()
+    child.join(timeout=60)
+    if child.exitcode is None:
+        child.kill()
+    assert child.exitcode == 0, "the forked child did not finish (a pool waiting for its parent's workers?)"
+    assert q.get(timeout=5) == y
+
+
 def test_engine_falls_back_to_the_torch_path_without_the_kernels(monkeypatch):
     model = tiny_model(seed=2)
     monkeypatch.setitem(native._state, "ops", None)

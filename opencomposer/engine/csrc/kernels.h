@@ -26,11 +26,13 @@
 //       cache, then causal softmax attention over the slot's positions 0..pos (scale 1/sqrt(C)).
 //
 // Vectors are GCC/Clang vector extensions (8 floats; AVX2+FMA with -march=native, split into
-// narrower registers elsewhere), so the file has no intrinsics. Threads: at::parallel_for over
+// narrower registers elsewhere), so the file has no intrinsics. Threads (pool.h's par_for) over
 // output panels (linear, swiglu, the experts' products) and over (row, kv head) (attention).
 #pragma once
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
+
+#include "pool.h"
 
 #include <algorithm>
 #include <cmath>
@@ -168,7 +170,7 @@ void gemm(const float* x, int64_t ldx, int64_t M, const float* wp, int64_t I, in
   for (int64_t m0 = 0; m0 < M; m0 += MB) {
     const int64_t m1 = std::min(M, m0 + MB);
     const int64_t grain = std::max<int64_t>(1, nP / (4 * at::get_num_threads()));
-    at::parallel_for(0, nP, grain, [&](int64_t p0, int64_t p1) { panels(x, ldx, m0, m1, wp, I, p0, p1, epi); });
+    par_for(0, nP, grain, [&](int64_t p0, int64_t p1) { panels(x, ldx, m0, m1, wp, I, p0, p1, epi); });
   }
 }
 
@@ -364,7 +366,7 @@ std::tuple<at::Tensor, at::Tensor> moe(const at::Tensor& x, const c10::optional<
   int64_t used = 0;
   for (int64_t e = 0; e < E; ++e) used += count[e + 1] > count[e];
   if (at::get_num_threads() > 1 && used >= at::get_num_threads()) {
-    at::parallel_for(0, E, 1, [&](int64_t e0, int64_t e1) {  // whole experts per thread
+    par_for(0, E, 1, [&](int64_t e0, int64_t e1) {  // whole experts per thread
       for (int64_t e = e0; e < e1; ++e) expert(e);
     });
   } else {
@@ -522,7 +524,7 @@ at::Tensor attention(const at::Tensor& qkv, const at::Tensor& qn_w, const at::Te
   const int64_t row = (H + 2 * G) * C;
   const float scale = 1.f / std::sqrt((float)C);
   const float feps = (float)eps;
-  at::parallel_for(0, B * G, 1, [&](int64_t i0, int64_t i1) {
+  par_for(0, B * G, 1, [&](int64_t i0, int64_t i1) {
     std::vector<float> sc(L + 8), q(C);
     for (int64_t i = i0; i < i1; ++i) {
       const int64_t b = i / G, g = i % G;
@@ -567,7 +569,7 @@ std::tuple<at::Tensor, at::Tensor> argmax_logprob(const at::Tensor& logits_in) {
   const float* l = logits.data_ptr<float>();
   int64_t* ip = idx.data_ptr<int64_t>();
   float* out = lp.data_ptr<float>();
-  at::parallel_for(0, N, 1, [&](int64_t n0, int64_t n1) {
+  par_for(0, N, 1, [&](int64_t n0, int64_t n1) {
     std::vector<float> buf(V);
     for (int64_t n = n0; n < n1; ++n) {
       const float* r = l + n * V;
