@@ -63,9 +63,11 @@ class GenerationRequest:
 def behaviour_logprobs_mode(sampling: SamplingParams) -> str:
     """The logprobs_mode whose values are the probabilities the tokens were drawn from, for a
     trainer that applies the same temperature (and truncation) to its own logits: "raw" when
-    sampling is the model's own distribution (temperature 1, no top-p or top-k), else "processed"."""
+    sampling is the model's own distribution (temperature 1, no top-p or top-k) and for greedy
+    decoding (whose "processed" logprob would be 0.0 for every token: raw says more), else
+    "processed"."""
     untruncated = sampling.top_p >= 1.0 and sampling.top_k <= 0
-    return "raw" if untruncated and sampling.temperature == 1.0 else "processed"
+    return "raw" if sampling.temperature == 0 or (untruncated and sampling.temperature == 1.0) else "processed"
 
 
 @dataclass
