@@ -106,8 +106,9 @@ inline void tile(const float* x, int64_t ldx, const float* w, int64_t I, v8 (&a0
     for (int r = 0; r < R; ++r) c0[u][r] = c1[u][r] = v8{};
   int64_t i = 0;
   for (; i + U <= I; i += U) {
-    // The weights stream from memory once: ask for them a panel (16 KB at I = 256) ahead.
-    __builtin_prefetch(w + (i + 256) * PW, 0, 0);
+    // The weights stream from memory once: ask for them two panels (32 KB at I = 256) ahead
+    // (one panel ahead measured 5-20% slower per batch-16 step at 2 threads).
+    __builtin_prefetch(w + (i + 512) * PW, 0, 0);
 #pragma GCC unroll 8
     for (int u = 0; u < U; ++u) {
       v8 b0 = load(w + (i + u) * PW), b1 = load(w + (i + u) * PW + 8);
