@@ -24,7 +24,6 @@
 #include <cstdint>
 #include <mutex>
 #include <thread>
-#include <vector>
 
 namespace {
 
@@ -119,8 +118,8 @@ template <class F>
 void par_for(int64_t begin, int64_t end, int64_t grain, const F& f) {
   const int64_t n = end - begin;
   if (n <= 0) return;
-  const int64_t chunks = std::min<int64_t>(at::get_num_threads(), (n + std::max<int64_t>(grain, 1) - 1) /
-                                                                      std::max<int64_t>(grain, 1));
+  const int64_t g = std::max<int64_t>(grain, 1);
+  const int64_t chunks = std::min<int64_t>(at::get_num_threads(), (n + g - 1) / g);
   if (chunks <= 1) {
     f(begin, end);
     return;
