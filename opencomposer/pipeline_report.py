@@ -132,8 +132,8 @@ Cost/accuracy plot and every held-out trajectory: [eval/index.html](eval/index.h
 - model: MoE+MTP decoder, hidden {m.get('hidden_size')}, {m.get('num_hidden_layers')} layers,
   {m.get('num_experts')} experts top-{m.get('num_experts_per_tok')}, {m.get('num_mtp_modules')} MTP module; pretrained
   {cfg.pretrain.steps} steps x {cfg.pretrain.batch_size} x {cfg.pretrain.seq_len} tokens of stdlib code
-- SFT: {cfg.sft.steps} steps x {cfg.sft.batch_size} oracle trajectories (read_file, one edit_file,
-  "Done."), lr {cfg.sft.lr}; final validation loss {rec['sft'].get('val_loss')}
+- SFT: {cfg.sft.steps} steps x {cfg.sft.batch_size} of {cfg.tasks.n_train} oracle trajectories (read_file,
+  one edit_file, "Done."), lr {cfg.sft.lr}; final validation loss {rec['sft'].get('val_loss')}
 - environment: read_file + edit_file with compact schemas, short system prompt, 4 turns,
   1,024-token context (the demo environment's choice: `DEMO_AGENT`)
 - held-out tasks: another generator seed, every training instance excluded
