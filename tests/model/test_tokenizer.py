@@ -165,3 +165,18 @@ def test_bad_inputs_raise_clear_errors(tmp_path):
         Tokenizer.load(tmp_path)
     with pytest.raises(CheckpointError, match="no special token"):
         bundled_tokenizer().special_id("<|nope|>")
+
+
+def test_split_digits_writes_every_digit_as_its_own_token(tok, tmp_path):
+    numbers = "x = 1234567890 + 12 * 345\n    return value + 10\n" * 50
+    split = train_tokenizer(code_corpus(max_total_bytes=500_000), vocab_size=1024, split_digits=True)
+    for text in ["1234567890", "return value + 10", "  42\t7"]:
+        ids = split.encode(text)
+        assert split.decode(ids) == text
+        digits = [split.decode([i]) for i in ids if any(c.isdigit() for c in split.decode([i]))]
+        assert digits == [c for c in text if c.isdigit()], (text, digits)
+    # the default merges digits (the BPE learns "10", "12", ...); the split survives save/load
+    assert len(tok.encode("1234567890")) < 10
+    loaded = Tokenizer.load(split.save(tmp_path / "split"))
+    assert loaded.encode(numbers) == split.encode(numbers)
+    assert len(loaded.encode("1234567890")) == 10
