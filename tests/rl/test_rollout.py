@@ -130,3 +130,48 @@ async def test_every_segment_of_a_summarized_rollout_is_a_sample_with_the_final_
     samples = [s for s in to_group(g, "g").samples if s.info["trajectory_id"] == long.trajectory.id]
     assert len(samples) == len(long.trajectory.segments) == 2 and [s.info["segment"] for s in samples] == [0, 1]
     assert samples[0].reward == samples[1].reward == long.trajectory.reward == long.reward.total
+
+
+@pytest.fixture
+def counted_grades(monkeypatch):
+    """Every real grading run of the test, by patch; `fail_first` makes the first one raise."""
+    import opencomposer.tasks.grade as grade_mod
+
+    real, calls, state = grade_mod.grade, [], {"fail_first": False}
+
+    def grade(task, patch, **kw):
+        calls.append(patch)
+        if state.pop("fail_first", False):
+            raise OSError("grader's sandbox vanished")
+        return real(task, patch, **kw)
+
+    monkeypatch.setattr(grade_mod, "grade", grade)
+    return calls, state
+
+
+async def test_identical_patches_of_a_group_share_one_grading(task, counted_grades):
+    calls, _ = counted_grades
+    policies = iter([oracle, oracle, oracle, noop])
+    cfg = CFG.model_copy(update={"group_size": 4})
+    g = await run_group(task, lambda t: next(policies)(t), cfg, RewardConfig())
+    assert calls == [task.gold_patch]  # three identical patches, one run of the tests; the empty one none
+    resolved = [r for r in g.rollouts if r.trajectory.grade["resolved"]]
+    assert len(resolved) == 3 and len({r.reward.total for r in resolved}) == 1
+    assert sorted(r.trajectory.grade["duration_s"] > 0 for r in resolved) == [False, False, True]
+    resolved[0].trajectory.grade["tests"].clear()  # each rollout owns its copy
+    assert all(r.trajectory.grade["tests"] for r in resolved[1:])
+
+    calls.clear()
+    policies = iter([oracle] * 3)
+    g = await run_group(task, lambda t: next(policies)(t), cfg.model_copy(update={"group_size": 3, "share_grades": False}),
+                        RewardConfig())
+    assert calls == [task.gold_patch] * 3 and all(r.trajectory.grade["resolved"] for r in g.rollouts)
+
+
+async def test_a_failed_shared_grading_is_retried_afresh(task, counted_grades):
+    calls, state = counted_grades
+    state["fail_first"] = True
+    g = await run_group(task, oracle, CFG.model_copy(update={"group_size": 3}), RewardConfig())
+    assert len(g.rollouts) == 3 and g.failed == 0 and all(r.trajectory.grade["resolved"] for r in g.rollouts)
+    assert g.errors and all("grader's sandbox vanished" in e for e in g.errors)
+    assert 2 <= len(calls) <= 3  # the failed run and at least one fresh one; never the failure shared as a result
