@@ -163,7 +163,12 @@ class PipelineConfig(_Strict):
     seed: int = 0
     """Seeds the model, the SFT order, RL; the task seeds are derived from it."""
     threads: int | None = Field(1, ge=1)
-    """torch threads for every stage: on 2 shared cores one thread measured 4-8x faster per SFT step than two."""
+    """torch threads of the stages where the engine, the sandboxes' tests and (in RL) the trainer
+    compute at once: one leaves the other core to them."""
+    train_threads: int | None = Field(2, ge=1)
+    """torch threads of pretraining and SFT, where nothing else computes: on an idle 2-core machine
+    two measured 1.5x faster per step than one; set 1 when other jobs share the cores (one was then
+    4-8x faster per SFT step than two)."""
     device: DeviceName = "auto"
     """Where every stage computes: auto (a GPU if torch sees one), cpu, cuda; Ray's RL actors use rl.ray's GPUs."""
     tokenizer: TokenizerStage = TokenizerStage()
@@ -245,8 +250,6 @@ class Pipeline:
         import torch
 
         resolve_device(self.cfg.device)  # device: cuda without a GPU stops here, before any stage
-        if self.cfg.threads:
-            torch.set_num_threads(self.cfg.threads)
         self.out.mkdir(parents=True, exist_ok=True)
         saved, now = self.out / "pipeline.yaml", self.cfg.model_dump(mode="json")
         old = now
@@ -264,6 +267,9 @@ class Pipeline:
                                    f"({done['wall_s']:.0f} s), skipped[/]")
                 continue
             self.console.rule(f"[bold]stage {i}/{len(self.STAGES)}: {name}")
+            threads = self.cfg.train_threads if name in ("pretrain", "sft") else self.cfg.threads
+            if threads:
+                torch.set_num_threads(threads)
             t0 = time.perf_counter()
             figures = getattr(self, f"_{name}")()
             if torch.cuda.is_available():  # later stages may run in other processes (Ray actors) on this GPU
@@ -321,7 +327,7 @@ class Pipeline:
                         "lr": c.lr, "warmup_steps": min(20, c.steps // 5)}],
             "mtp": {"mode": "distill", "weight": 0.3, "start_step": c.steps // 2},
             "checkpoint_every": max(1, c.steps // 3), "eval_every": c.steps, "eval_sequences": 8,
-            "log_every": max(1, c.steps // 10), "threads": self.cfg.threads, "device": self.cfg.device,
+            "log_every": max(1, c.steps // 10), "threads": self.cfg.train_threads, "device": self.cfg.device,
             "tensorboard": False})
         out = train(cfg, resume=True, console=self.console)
         return {k: v for k, v in out.items() if isinstance(v, (int, float, str))}
@@ -360,7 +366,7 @@ class Pipeline:
             "steps": c.steps, "batch_size": c.batch_size, "lr": c.lr, "warmup_steps": c.warmup_steps,
             "mtp": {"mode": "distill", "weight": c.mtp_weight} if c.mtp_weight else None,
             "checkpoint_every": max(1, c.steps // 4), "eval_every": max(1, c.steps // 4),
-            "log_every": max(1, c.steps // 10), "threads": self.cfg.threads, "device": self.cfg.device})
+            "log_every": max(1, c.steps // 10), "threads": self.cfg.train_threads, "device": self.cfg.device})
         out = train_sft(cfg, resume=True, console=self.console)
         return {"steps": out["steps"], "val_loss": out["val_loss"], "train_s": out["train_s"], **out["data"]}
 

@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 from rich.console import Console
 
 from opencomposer.pipeline import Pipeline, load_config
@@ -23,12 +24,33 @@ MINI = [
 ]
 
 
+class ThreadsSeen(Pipeline):
+    """The pipeline, noting torch's thread count as the training and RL stages start."""
+
+    def __init__(self, *a, **kw):
+        super().__init__(*a, **kw)
+        self.seen: dict[str, int] = {}
+
+    def _pretrain(self):
+        self.seen["pretrain"] = torch.get_num_threads()
+        return super()._pretrain()
+
+    def _sft(self):
+        self.seen["sft"] = torch.get_num_threads()
+        return super()._sft()
+
+    def _rl(self):
+        self.seen["rl"] = torch.get_num_threads()
+        return super()._rl()
+
+
 @pytest.mark.slow
 def test_pipeline_runs_every_stage_and_writes_the_report(tmp_path):
-    cfg = load_config(None, [f"out_dir={tmp_path / 'demo'}", *MINI])
+    cfg = load_config(None, [f"out_dir={tmp_path / 'demo'}", *MINI, "threads=1", "train_threads=2"])
     out = io.StringIO()
-    p = Pipeline(cfg, Console(file=out, width=120))
+    p = ThreadsSeen(cfg, Console(file=out, width=120))
     index = p.run()
+    assert p.seen == {"pretrain": 2, "sft": 2, "rl": 1}  # training alone on the cores; RL shares them
 
     assert (p.paths["tokenizer"] / "tokenizer.json").is_file()
     assert (p.paths["pretrain"] / "model" / "config.json").is_file()
