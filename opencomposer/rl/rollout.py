@@ -157,14 +157,17 @@ async def _grade_once(task: Task, patch: str, image, backend, cache: GradeCache 
     duration_s 0)."""
     from opencomposer.tasks.grade import grade
 
-    if cache is None:
+    async def run() -> dict:
         return (await asyncio.to_thread(grade, task, patch, backend=backend, image=image)).to_json()
+
+    if cache is None:
+        return await run()
     while True:
         fut = cache.get(patch)
         if fut is None:
             fut = cache[patch] = asyncio.get_running_loop().create_future()
             try:
-                result = (await asyncio.to_thread(grade, task, patch, backend=backend, image=image)).to_json()
+                result = await run()
             except asyncio.CancelledError:
                 del cache[patch]
                 fut.cancel()  # a waiter that is not itself cancelled grades afresh
