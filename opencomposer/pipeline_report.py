@@ -57,6 +57,15 @@ def plot_curve(steps: list[int], reward: list[float], resolved: list[float], key
     return path
 
 
+def decoy_demonstrations(sft_dir: Path) -> int:
+    """How many of SFT's demonstrations wrote the decoy fix (demo_family.demonstrator)."""
+    from opencomposer.harness.trajectory import read_jsonl
+    from opencomposer.pretrain.sft import TRAJECTORIES
+
+    path = sft_dir / "sft_data" / TRAJECTORIES
+    return sum(bool(t.meta.get("decoy")) for t in read_jsonl(path)) if path.is_file() else 0
+
+
 def write_demo_report(p: "Pipeline") -> dict:
     """Write the report (module docstring); returns the headline figures."""
     from opencomposer.eval.report import write_report
@@ -74,6 +83,7 @@ def write_demo_report(p: "Pipeline") -> dict:
         "heldout_tasks": rec["tasks"]["heldout_tasks"], "train_tasks": rec["tasks"]["train_tasks"],
         "rl_tasks": rec["tasks"].get("rl_tasks"),
         "difficulty": cfg.tasks.difficulty, "eval_temperature": cfg.eval.temperature,
+        "sft_decoy_demonstrations": decoy_demonstrations(p.paths["sft"]),
         "rl_steps": len(steps), "rl_reward_first": reward[0] if reward else None,
         "rl_reward_last": reward[-1] if reward else None,
         "stage_wall_s": {n: round(r.get("wall_s", 0.0), 1) for n, r in rec.items() if r},
@@ -132,14 +142,26 @@ Cost/accuracy plot and every held-out trajectory: [eval/index.html](eval/index.h
 - model: MoE+MTP decoder, hidden {m.get('hidden_size')}, {m.get('num_hidden_layers')} layers,
   {m.get('num_experts')} experts top-{m.get('num_experts_per_tok')}, {m.get('num_mtp_modules')} MTP module; pretrained
   {cfg.pretrain.steps} steps x {cfg.pretrain.batch_size} x {cfg.pretrain.seq_len} tokens of stdlib code
-- SFT: {cfg.sft.steps} steps x {cfg.sft.batch_size} of {cfg.tasks.n_train} oracle trajectories (read_file,
-  one edit_file, "Done."), lr {cfg.sft.lr}; final validation loss {rec['sft'].get('val_loss')}
+- SFT: {cfg.sft.steps} steps x {cfg.sft.batch_size} of {cfg.tasks.n_train} demonstrations (read_file,
+  one edit_file, "Done."), lr {cfg.sft.lr}; final validation loss {rec['sft'].get('val_loss')}.
+  {_demonstrator(s, cfg)}
 - environment: read_file + edit_file with compact schemas, short system prompt, 4 turns,
   1,024-token context (the demo environment's choice: `DEMO_AGENT`)
 - held-out tasks: another generator seed, every training instance excluded
 
 Config: `{p.out / 'pipeline.yaml'}`.
 """
+
+
+def _demonstrator(s: dict, cfg) -> str:
+    n = s["sft_decoy_demonstrations"]
+    if not n:
+        return "Every demonstration writes the gold fix (the oracle)."
+    return (f"**An imperfect demonstrator:** {n} of the {s['train_tasks']} demonstrations (sft.decoy_rate "
+            f"{cfg.sft.decoy_rate}) look the same but write a plausible wrong fix of the named line (the bug's "
+            f"decoy: another operator, the arguments swapped instead of the operator flipped), unmarked, as "
+            f"SFT data from people or models comes; SFT learns both, and only the grader's reward, i.e. RL, "
+            f"tells them apart.")
 
 
 def _html(md: str) -> str:

@@ -12,6 +12,7 @@ import torch
 from rich.console import Console
 
 from opencomposer.pipeline import Pipeline, load_config
+from opencomposer.tasks.demo_family import writes_decoy
 
 MINI = [
     "tokenizer.vocab_size=512", "tokenizer.code_bytes=300000", "tokenizer.family_samples=20",
@@ -46,7 +47,7 @@ class ThreadsSeen(Pipeline):
 
 @pytest.mark.slow
 def test_pipeline_runs_every_stage_and_writes_the_report(tmp_path):
-    cfg = load_config(None, [f"out_dir={tmp_path / 'demo'}", *MINI, "threads=1", "train_threads=2"])
+    cfg = load_config(None, [f"out_dir={tmp_path / 'demo'}", *MINI, "threads=1", "train_threads=2", "sft.decoy_rate=0.5"])
     out = io.StringIO()
     p = ThreadsSeen(cfg, Console(file=out, width=120))
     index = p.run()
@@ -79,6 +80,9 @@ def test_pipeline_runs_every_stage_and_writes_the_report(tmp_path):
     assert set(s["stage_wall_s"]) == set(Pipeline.STAGES) - {"report"}
     readme = (report / "README.md").read_text()
     assert "not real-world tasks" in readme
+    decoys = sum(writes_decoy(t, 0.5, seed=0) for t in train)  # the demonstrator's choice, stated in the report
+    assert 0 < decoys < 8 and s["sft_decoy_demonstrations"] == decoys
+    assert f"{decoys} of the 8 demonstrations" in readme and "imperfect demonstrator" in readme.lower()
     assert f"{s['sft_success']:.1%}" in readme and f"{s['rl_success']:.1%}" in readme
     assert str(index) in out.getvalue()
 

@@ -102,6 +102,11 @@ class SFTDataConfig(_Strict):
     """Drop trajectories whose grade says unresolved (ungraded ones are kept)."""
     grade: bool = False
     """Grade each oracle trajectory with the hidden tests while collecting (slower; a check)."""
+    decoy_rate: float = Field(0.0, ge=0, le=1)
+    """Share of the suite's tasks on which the demonstrator writes the task's decoy fix (a plausible
+    wrong edit of the named line, demo_family.Bug.decoy) instead of the gold one: an imperfect
+    demonstrator, as SFT data from people or models is (demo_family.demonstrator). The choice is a
+    hash of `seed` and the task id. With `grade` and `resolved_only` the decoys would be dropped."""
     agent: str | dict[str, Any] | None = None
     """AgentConfig YAML file or inline fields for collection; null: the demo's (demo_family.DEMO_AGENT)."""
     concurrency: int = Field(2, ge=1)
@@ -225,8 +230,10 @@ async def collect_trajectories(suite_dir: str | Path, out: str | Path, agent: Ag
             image = await asyncio.to_thread(task_image, task, backend)
             ws = await asyncio.to_thread(image.workspace)
             try:
-                traj = await Agent(make_policy(task), ws, agent, trajectory_id=f"{task.id}__sft",
-                                   task_id=task.id, meta={"suite": str(suite_dir), "sft": True}).run(task.spec.instruction)
+                policy = make_policy(task)
+                meta = {"suite": str(suite_dir), "sft": True, "decoy": getattr(policy, "decoy", False)}
+                traj = await Agent(policy, ws, agent, trajectory_id=f"{task.id}__sft",
+                                   task_id=task.id, meta=meta).run(task.spec.instruction)
                 traj.patch = await asyncio.to_thread(ws.diff, diff_excludes())
             finally:
                 await asyncio.to_thread(ws.close)
@@ -405,15 +412,25 @@ def prepare_data(cfg: SFTConfig, tok: Tokenizer, console: Console, backend=None)
         out = Path(cfg.run_dir) / "sft_data" / TRAJECTORIES
         from opencomposer.tasks.task import Suite
 
+        from opencomposer.tasks.demo_family import demonstrator, writes_decoy
+
         n_tasks = len(Suite.load(suite).tasks)
+        for traj in read_jsonl(out) if out.is_file() else []:  # a resumed collection must keep its teacher
+            if traj.meta.get("decoy", False) != writes_decoy(traj.task_id, d.decoy_rate, cfg.seed):
+                raise ConfigError(f"{out} was collected with another data.decoy_rate or seed ({traj.task_id}); "
+                                  f"delete {out.parent} to collect again")
         t0 = time.perf_counter()
         with Progress(TextColumn("oracle trajectories"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                       console=console, transient=True) as bar:
             job = bar.add_task("collect", total=n_tasks, completed=len(read_jsonl(out)) if out.is_file() else 0)
-            trajs = asyncio.run(collect_trajectories(suite, out, agent_config(d.agent), concurrency=d.concurrency,
+            trajs = asyncio.run(collect_trajectories(suite, out, agent_config(d.agent),
+                                                     make_policy=demonstrator(d.decoy_rate, cfg.seed),
+                                                     concurrency=d.concurrency,
                                                      grade=d.grade, backend=backend,
                                                      on_done=lambda t: bar.advance(job)))
-        console.print(f"{len(trajs)} oracle trajectories on {suite} in {time.perf_counter() - t0:.1f} s -> {out}")
+        decoys = sum(t.meta.get("decoy", False) for t in trajs)
+        console.print(f"{len(trajs)} oracle trajectories on {suite} in {time.perf_counter() - t0:.1f} s -> {out}"
+                      + (f" ({decoys} with the decoy fix, data.decoy_rate {d.decoy_rate})" if d.decoy_rate else ""))
         files.append(out)
     if not files:
         raise ConfigError("no SFT data: set data.suite (oracle trajectories) or data.trajectories (JSONL files)")

@@ -51,6 +51,8 @@ from opencomposer.tasks.task import (GOLD_PATCH, HIDDEN_DIR, WORKSPACE_DIR, Envi
                                      SuiteSpec, Task, TaskSpec, TaskTests, patch_stats, tree_diff)
 
 GENERATOR_VERSION = "1"
+DECOY_PATCH = "decoy.patch"
+"""Next to gold.patch: the bug's plausible wrong fix (Bug.decoy), for the imperfect demonstrator."""
 MAX_DIFFICULTY = 4
 
 DEMO_SYSTEM_PROMPT = ("You fix bugs in the project in /workspace. Read the file, then fix the bug "
@@ -84,6 +86,9 @@ class Bug:
     """The broken expression, with the template's placeholders ({a}, {b}, {x}, {c}, {w})."""
     says: str
     """The instruction; {f} is the function, {path} its file, {c} the right constant."""
+    decoy: str
+    """A plausible wrong fix of the broken line (another edit than the one the instruction asks
+    for; it fails the hidden test): what an imperfect demonstrator writes (`demonstrator`)."""
 
 
 @dataclass(frozen=True)
@@ -116,26 +121,29 @@ def _ratios(rng: random.Random, c: int) -> list[tuple]:
 
 
 TEMPLATES = [
-    Template("add", 2, "{a} + {b}", (Bug("flip_operator", "{a} - {b}", "`{f}` in {path} subtracts instead of adding."),), _pairs),
+    Template("add", 2, "{a} + {b}", (
+        Bug("flip_operator", "{a} - {b}", "`{f}` in {path} subtracts instead of adding.", "{b} - {a}"),), _pairs),
     Template("sub", 2, "{a} - {b}", (
-        Bug("swapped_arguments", "{b} - {a}", "`{f}` in {path} has its arguments swapped."),
-        Bug("flip_operator", "{a} + {b}", "`{f}` in {path} adds instead of subtracting.")), _pairs),
-    Template("ratio", 2, "{a} / {b}", (Bug("swapped_arguments", "{b} / {a}", "`{f}` in {path} has its arguments swapped."),),
-             _ratios),
-    Template("scale", 1, "{x} * {c}", (Bug("wrong_constant", "{x} * {w}", "`{f}` in {path} should multiply by {c}."),), _one),
+        Bug("swapped_arguments", "{b} - {a}", "`{f}` in {path} has its arguments swapped.", "{b} + {a}"),
+        Bug("flip_operator", "{a} + {b}", "`{f}` in {path} adds instead of subtracting.", "{b} - {a}")), _pairs),
+    Template("ratio", 2, "{a} / {b}", (
+        Bug("swapped_arguments", "{b} / {a}", "`{f}` in {path} has its arguments swapped.", "{b} * {a}"),), _ratios),
+    Template("scale", 1, "{x} * {c}", (
+        Bug("wrong_constant", "{x} * {w}", "`{f}` in {path} should multiply by {c}.", "{x} + {c}"),), _one),
     Template("offset", 1, "{x} + {c}", (
-        Bug("wrong_constant", "{x} + {w}", "`{f}` in {path} should add {c}."),
-        Bug("flip_operator", "{x} - {c}", "`{f}` in {path} subtracts {c} instead of adding it.")), _one),
+        Bug("wrong_constant", "{x} + {w}", "`{f}` in {path} should add {c}.", "{x} * {c}"),
+        Bug("flip_operator", "{x} - {c}", "`{f}` in {path} subtracts {c} instead of adding it.", "{c} - {x}")), _one),
     Template("at_least", 1, "{x} >= {c}", (
-        Bug("flip_operator", "{x} > {c}", "`{f}` in {path} should be true at exactly {c}."),
-        Bug("wrong_constant", "{x} >= {w}", "`{f}` in {path} should compare with {c}.")), _around),
-    Template("below", 1, "{x} < {c}", (Bug("flip_operator", "{x} <= {c}", "`{f}` in {path} should be false at exactly {c}."),),
-             _around),
-    Template("larger", 2, "max({a}, {b})", (Bug("wrong_call", "min({a}, {b})", "`{f}` in {path} should return the larger value."),),
-             _pairs),
-    Template("smaller", 2, "min({a}, {b})", (Bug("wrong_call", "max({a}, {b})", "`{f}` in {path} should return the smaller value."),),
-             _pairs),
+        Bug("flip_operator", "{x} > {c}", "`{f}` in {path} should be true at exactly {c}.", "{x} <= {c}"),
+        Bug("wrong_constant", "{x} >= {w}", "`{f}` in {path} should compare with {c}.", "{x} > {c}")), _around),
+    Template("below", 1, "{x} < {c}", (
+        Bug("flip_operator", "{x} <= {c}", "`{f}` in {path} should be false at exactly {c}.", "{x} > {c}"),), _around),
+    Template("larger", 2, "max({a}, {b})", (
+        Bug("wrong_call", "min({a}, {b})", "`{f}` in {path} should return the larger value.", "min({b}, {a})"),), _pairs),
+    Template("smaller", 2, "min({a}, {b})", (
+        Bug("wrong_call", "max({a}, {b})", "`{f}` in {path} should return the smaller value.", "max({b}, {a})"),), _pairs),
 ]
+
 
 
 @dataclass
@@ -167,6 +175,8 @@ class Instance:
     broken_test: str
     instruction: str
     kind: str
+    decoy: str
+    """The module with the broken line replaced by the bug's decoy fix."""
 
 
 def _draw_function(rng: random.Random, template: Template, used: set[str]) -> _Func:
@@ -203,23 +213,25 @@ def make_instance(rng: random.Random, difficulty: int) -> Instance:
     target, bug = funcs[0], rng.choice(funcs[0].template.bugs)
     rng.shuffle(funcs)  # the broken function anywhere in the module
     cases = {f.name: f.template.cases(rng, f.fill["c"]) for f in funcs}
-    good, bad = target.call(target.template.expr), target.call(bug.expr)
-    if all(good(*a) == bad(*a) for a in cases[target.name]):
-        raise TaskError(f"demo family: the test cases of {target.name} cannot see bug {bug.kind}")
+    good, bad, decoy = target.call(target.template.expr), target.call(bug.expr), target.call(bug.decoy)
+    for what, f in (("bug " + bug.kind, bad), ("the decoy fix " + bug.decoy, decoy)):
+        if all(good(*a) == f(*a) for a in cases[target.name]):
+            raise TaskError(f"demo family: the test cases of {target.name} cannot see {what}")
     module_path, test_path = f"{pkg}/{mod}.py", f"tests/test_{mod}.py"
 
-    def module(broken: bool) -> str:
-        return "\n\n".join(f.line(bug.expr if broken and f is target else f.template.expr) for f in funcs)
+    def module(target_expr: str) -> str:
+        return "\n\n".join(f.line(target_expr if f is target else f.template.expr) for f in funcs)
 
     tests = {f"test_{f.name}": _test_source(f, cases[f.name]) for f in funcs}
     header = f"from {pkg}.{mod} import {', '.join(f.name for f in funcs)}\n\n\n"
-    gold = {module_path: module(False), test_path: header + "\n\n".join(tests.values()),
+    gold = {module_path: module(target.template.expr), test_path: header + "\n\n".join(tests.values()),
             f"{pkg}/__init__.py": "", "pyproject.toml": PYPROJECT.format(name=pkg)}
-    broken = dict(gold, **{module_path: module(True)})
+    broken = dict(gold, **{module_path: module(bug.expr)})
     digest = hashlib.sha256(broken[module_path].encode()).hexdigest()[:8]
     instruction = bug.says.format(f=target.name, path=module_path, c=target.fill["c"])
     return Instance(f"{pkg}-{target.name.replace('_', '-')}-{bug.kind.replace('_', '-')}-{digest}", pkg,
-                    module_path, gold, broken, test_path, tests, f"test_{target.name}", instruction, bug.kind)
+                    module_path, gold, broken, test_path, tests, f"test_{target.name}", instruction, bug.kind,
+                    module(bug.decoy))
 
 
 def write_task(inst: Instance, out_dir: Path) -> Path:
@@ -242,6 +254,8 @@ def write_task(inst: Instance, out_dir: Path) -> Path:
     gold_patch = tree_diff({inst.module_path: inst.broken[inst.module_path]},
                            {inst.module_path: inst.gold[inst.module_path]})
     (path / GOLD_PATCH).write_text(gold_patch)
+    (path / DECOY_PATCH).write_text(tree_diff({inst.module_path: inst.broken[inst.module_path]},
+                                              {inst.module_path: inst.decoy}))
     lines, nfiles = patch_stats(gold_patch)
     f2p = [f"{inst.test_path}::{inst.broken_test}"]
     p2p = [f"{inst.test_path}::{n}" for n in inst.tests if n != inst.broken_test]
@@ -336,14 +350,18 @@ def _call(k: int, name: str, **arguments) -> dict:
 class ReadEditOracle:
     """The demo's SFT teacher (any generated task): read every file the gold patch modifies,
     then one minimal `edit_file` per hunk, then a short answer. Scores 100% like
-    OraclePolicy, with the trajectory a person would write: look, then change one line."""
+    OraclePolicy, with the trajectory a person would write: look, then change one line.
+    `decoy`: write the task's decoy patch (DECOY_PATCH: a plausible wrong fix) instead."""
 
     name = "oracle:read-edit"
 
-    def __init__(self, task: Task, final: str = "Done."):
+    def __init__(self, task: Task, final: str = "Done.", decoy: bool = False):
         if task.spec.source.kind != "generated":
             raise TaskError(f"{task.id}: ReadEditOracle needs a generated task (a workspace/ to read)")
-        files = parse_patch(task.gold_patch)
+        if decoy and not (task.path / DECOY_PATCH).is_file():
+            raise TaskError(f"{task.id}: no {DECOY_PATCH} (a demo-family task written before decoys; regenerate it)")
+        self.decoy = decoy
+        files = parse_patch((task.path / DECOY_PATCH).read_text() if decoy else task.gold_patch)
         if any(fp.kind != "modify" for fp in files):
             raise TaskError(f"{task.id}: ReadEditOracle handles gold patches that only modify files")
         reads, edits = [], []
@@ -360,6 +378,25 @@ class ReadEditOracle:
     async def chat(self, messages: list[dict], tools: list[dict]) -> ChatReply:
         done = sum(m["role"] == "assistant" for m in messages)
         return ChatReply(self.plan[min(done, len(self.plan) - 1)])
+
+
+def writes_decoy(task_id: str, decoy_rate: float, seed: int = 0) -> bool:
+    """Whether the imperfect demonstrator writes the decoy fix on this task: a hash of the seed
+    and the id against the rate, so the choice is the same on every rerun and independent of
+    the task's kind."""
+    u = int(hashlib.sha256(f"demonstrator/{seed}/{task_id}".encode()).hexdigest()[:12], 16) / 16 ** 12
+    return u < decoy_rate
+
+
+def demonstrator(decoy_rate: float = 0.0, seed: int = 0) -> Callable[[Task], ReadEditOracle]:
+    """The SFT teacher as a policy factory: ReadEditOracle, writing the decoy fix instead of the
+    gold one on a `decoy_rate` share of the tasks (its trajectories look the same: read, one edit
+    of the named line, "Done."). A demonstrator that is right on only part of its demonstrations
+    is what SFT data from people or other models is; RL's grader is what can tell the two fixes
+    apart (docs/demo-design.md, session 7)."""
+    if not 0.0 <= decoy_rate <= 1.0:
+        raise TaskError(f"decoy_rate must be in [0, 1], got {decoy_rate}")
+    return lambda task: ReadEditOracle(task, decoy=writes_decoy(task.id, decoy_rate, seed))
 
 
 def main() -> None:

@@ -20,9 +20,10 @@ from opencomposer.model.tokenizer import ASSISTANT, END, bundled_tokenizer
 from opencomposer.pretrain.sft import Examples, collect_trajectories, load_config, render, train_sft
 from opencomposer.sandbox import get_backend
 from opencomposer.tasks.build import task_image
-from opencomposer.tasks.demo_family import DEMO_AGENT, generate_tasks
+from opencomposer.tasks.demo_family import DEMO_AGENT, generate_tasks, writes_decoy
+from opencomposer.tasks.grade import grade
 from opencomposer.tasks.policies import ScriptedTokenPolicy
-from opencomposer.tasks.task import Suite
+from opencomposer.tasks.task import Suite, Task
 
 SMALL_MODEL = {"vocab_size": 4096, "hidden_size": 64, "intermediate_size": 128, "moe_intermediate_size": 64,
                "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
@@ -190,3 +191,22 @@ def test_a_batch_sharing_its_system_turn_gives_the_unpacked_loss_and_gradients(c
     assert g0.keys() == g1.keys()
     for name in g0:
         torch.testing.assert_close(g1[name], g0[name], rtol=1e-4, atol=1e-6, msg=name)
+
+
+def test_an_imperfect_demonstrator_writes_its_decoys_and_a_resume_keeps_it(tmp_path, base_model, backend):
+    suite = tmp_path / "suite"
+    generate_tasks(6, 2, suite, difficulty=0)
+    data = {"suite": str(suite), "decoy_rate": 0.5, "val_examples": 0, "cache_dir": str(tmp_path / "cache")}
+    cfg = load_config(config(tmp_path, base_model, tmp_path / "unused", steps=1, data=data))
+    summary = train_sft(cfg)
+    trajs = read_jsonl(tmp_path / "run" / "sft_data" / "trajectories.jsonl")
+    decoys = {t.task_id for t in trajs if t.meta["decoy"]}
+    assert decoys == {t.task_id for t in trajs if writes_decoy(t.task_id, 0.5)} and 0 < len(decoys) < 6
+    for t in trajs:  # a decoy trajectory has the gold one's shape, with another fix
+        assert [r.name for r in t.tool_calls] == ["read_file", "edit_file"] and t.stop_reason == "final"
+    graded = [grade(Task.load(suite / t.task_id), t.patch, backend=backend).resolved for t in trajs]
+    assert [not g for g in graded] == [t.task_id in decoys for t in trajs]
+    assert summary["data"]["examples"] == 6  # ungraded: every demonstration is trained on
+    with pytest.raises(ConfigError, match="decoy_rate"):
+        train_sft(load_config(config(tmp_path, base_model, tmp_path / "unused", steps=1,
+                                     data={**data, "decoy_rate": 0.0})), resume=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import re
 from pathlib import Path
 
 import pytest
@@ -12,8 +13,8 @@ import pytest
 from opencomposer.errors import TaskError
 from opencomposer.harness.agent import Agent
 from opencomposer.tasks.build import task_image
-from opencomposer.tasks.demo_family import (DEMO_AGENT, ReadEditOracle, generate_tasks, instance_hash, make_instance,
-                                            minimal_edits)
+from opencomposer.tasks.demo_family import (DECOY_PATCH, DEMO_AGENT, TEMPLATES, ReadEditOracle, demonstrator,
+                                            generate_tasks, instance_hash, make_instance, minimal_edits, writes_decoy)
 from opencomposer.tasks.grade import grade
 from opencomposer.tasks.policies import parse_patch
 from opencomposer.tasks.task import Suite, Task, tree_diff
@@ -96,3 +97,57 @@ def test_read_edit_oracle_resolves_in_two_tool_calls_through_the_agent_loop(tmp_
     assert [r.name for r in traj.tool_calls] == ["read_file", "edit_file"] and all(r.ok for r in traj.tool_calls)
     assert [t["function"]["name"] for t in traj.tools] == ["read_file", "edit_file"]
     assert grade(task, patch, backend=backend).resolved
+
+
+def test_every_bug_form_has_a_decoy_that_edits_the_broken_line_differently(tmp_path):
+    wordings = {b.says.removeprefix("`{f}` in {path} ") for t in TEMPLATES for b in t.bugs}
+    assert all(b.decoy not in (t.expr, b.expr) for t in TEMPLATES for b in t.bugs)
+    seen = set()
+    rng = random.Random(1)
+    for _ in range(400):  # make_instance refuses a decoy the test cases cannot tell from the fix
+        inst = make_instance(rng, 1)
+        broken, gold, decoy = (m.splitlines() for m in (inst.broken[inst.module_path], inst.gold[inst.module_path],
+                                                        inst.decoy))
+        changed = [i for i, (a, b) in enumerate(zip(broken, gold)) if a != b]
+        assert [i for i, (a, b) in enumerate(zip(broken, decoy)) if a != b] == changed
+        assert decoy[changed[0]] != gold[changed[0]]
+        seen.add(re.sub(r"\d+", "{c}", re.sub(r"^`\w+` in \S+ ", "", inst.instruction)))
+    assert seen == wordings  # every bug form was drawn and checked
+
+
+def test_the_decoy_fix_fails_the_hidden_test_through_the_agent_loop_and_the_grader(tmp_path, backend):
+    paths = generate_tasks(4, 7, tmp_path, difficulty=1)
+    for p in paths:
+        task = Task.load(p)
+        ws = task_image(task, backend).workspace()
+        try:
+            traj = asyncio.run(Agent(ReadEditOracle(task, decoy=True), ws, DEMO_AGENT, task_id=task.id)
+                               .run(task.spec.instruction))
+            patch = ws.diff((".venv", "__pycache__", ".pytest_cache"))
+        finally:
+            ws.close()
+        assert traj.stop_reason == "final" and all(r.ok for r in traj.tool_calls)
+        assert [r.name for r in traj.tool_calls] == ["read_file", "edit_file"]
+        result = grade(task, patch, backend=backend)
+        assert not result.resolved and result.f2p_passed == 0 and result.p2p_passed == result.p2p_total, task.id
+        assert grade(task, (p / DECOY_PATCH).read_text(), backend=backend).resolved is False
+
+
+def test_the_demonstrator_writes_decoys_at_its_rate_deterministically(tmp_path):
+    ids = [f"task-{i}" for i in range(4000)]
+    share = sum(writes_decoy(i, 0.3) for i in ids) / len(ids)
+    assert 0.27 < share < 0.33
+    assert [writes_decoy(i, 0.3) for i in ids] == [writes_decoy(i, 0.3) for i in ids]
+    assert [writes_decoy(i, 0.3, seed=1) for i in ids] != [writes_decoy(i, 0.3) for i in ids]
+    assert not any(writes_decoy(i, 0.0) for i in ids) and all(writes_decoy(i, 1.0) for i in ids)
+    (path,) = generate_tasks(1, 3, tmp_path / "s", difficulty=0)
+    task = Task.load(path)
+    assert demonstrator(1.0)(task).decoy and not demonstrator(0.0)(task).decoy
+    edit_decoy = demonstrator(1.0)(task).plan[1]["tool_calls"][0]["function"]["arguments"]
+    edit_gold = demonstrator(0.0)(task).plan[1]["tool_calls"][0]["function"]["arguments"]
+    assert edit_decoy != edit_gold
+    with pytest.raises(TaskError, match="decoy_rate"):
+        demonstrator(1.5)
+    (path / DECOY_PATCH).unlink()
+    with pytest.raises(TaskError, match="regenerate"):
+        ReadEditOracle(task, decoy=True)
