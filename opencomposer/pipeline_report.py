@@ -66,6 +66,28 @@ def decoy_demonstrations(sft_dir: Path) -> int:
     return sum(bool(t.meta.get("decoy")) for t in read_jsonl(path)) if path.is_file() else 0
 
 
+def _added_lines(patch: str) -> list[str]:
+    return sorted(x[1:].strip() for x in patch.splitlines() if x.startswith("+") and not x.startswith("+++"))
+
+
+def outcomes(eval_dir: Path, suite: Path) -> dict[str, int]:
+    """Held-out episodes as resolved / wrote the task's decoy fix / failed otherwise (a wrong path,
+    a mis-copied old_string, no edit...): what RL changed, beyond the success rate."""
+    from opencomposer.harness.trajectory import read_jsonl
+    from opencomposer.tasks.demo_family import DECOY_PATCH
+
+    out = {"resolved": 0, "decoy": 0, "other": 0}
+    for t in read_jsonl(eval_dir / "trajectories.jsonl"):
+        decoy = suite / t.task_id / DECOY_PATCH
+        if t.reward and t.reward > 0:
+            out["resolved"] += 1
+        elif t.patch and decoy.is_file() and _added_lines(t.patch) == _added_lines(decoy.read_text()):
+            out["decoy"] += 1
+        else:
+            out["other"] += 1
+    return out
+
+
 def write_demo_report(p: "Pipeline") -> dict:
     """Write the report (module docstring); returns the headline figures."""
     from opencomposer.eval.report import write_report
@@ -84,6 +106,7 @@ def write_demo_report(p: "Pipeline") -> dict:
         "rl_tasks": rec["tasks"].get("rl_tasks"),
         "difficulty": cfg.tasks.difficulty, "eval_temperature": cfg.eval.temperature,
         "sft_decoy_demonstrations": decoy_demonstrations(p.paths["sft"]),
+        "outcomes": {k: outcomes(p.paths[f"eval_{k}"], p.paths["heldout_suite"]) for k in ("sft", "rl")},
         "rl_steps": len(steps), "rl_reward_first": reward[0] if reward else None,
         "rl_reward_last": reward[-1] if reward else None,
         "stage_wall_s": {n: round(r.get("wall_s", 0.0), 1) for n, r in rec.items() if r},
@@ -100,6 +123,7 @@ def readme(p: "Pipeline", s: dict, rec: dict, key: str) -> str:
     cfg = p.cfg
     m = p.model_dict()
     times = "\n".join(f"| {n} | {t:.0f} s |" for n, t in s["stage_wall_s"].items())
+    o = s["outcomes"]
     verdict = ("RL lifted held-out success by at least 15 points." if s["lift_points"] >= 15 else
                "RL did not lift held-out success by 15 points in this run.")
     return f"""# opencomposer demo report (seed {s['seed']})
@@ -118,6 +142,14 @@ sandbox, tools, agent loop, grader and hidden tests as every other suite.
 | after SFT (before RL) | **{s['sft_success']:.1%}** |
 | after RL | **{s['rl_success']:.1%}** |
 | lift | **{s['lift_points']:+.1f} points** |
+
+| held-out episodes | resolved | wrote the decoy fix | failed otherwise |
+|---|---|---|---|
+| after SFT | {o['sft']['resolved']} | {o['sft']['decoy']} | {o['sft']['other']} |
+| after RL | {o['rl']['resolved']} | {o['rl']['decoy']} | {o['rl']['other']} |
+
+The decoy fix is each bug's plausible wrong fix, which {s['sft_decoy_demonstrations']} of SFT's
+{s['train_tasks']} demonstrations wrote (the SFT line below); only the grader tells it apart.
 
 {verdict} One seed; `benchmarks/demo_seeds.py` measures the spread over seeds.
 

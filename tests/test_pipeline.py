@@ -83,6 +83,9 @@ def test_pipeline_runs_every_stage_and_writes_the_report(tmp_path):
     decoys = sum(writes_decoy(t, 0.5, seed=0) for t in train)  # the demonstrator's choice, stated in the report
     assert 0 < decoys < 8 and s["sft_decoy_demonstrations"] == decoys
     assert f"{decoys} of the 8 demonstrations" in readme and "imperfect demonstrator" in readme.lower()
+    for stage in ("sft", "rl"):  # every held-out episode counted once: resolved, the decoy fix, or another failure
+        o = s["outcomes"][stage]
+        assert sum(o.values()) == 3 and o["resolved"] == round(3 * s[f"{stage}_success"])
     assert f"{s['sft_success']:.1%}" in readme and f"{s['rl_success']:.1%}" in readme
     assert str(index) in out.getvalue()
 

@@ -1,0 +1,20 @@
+"""The demo report's split of held-out episodes: resolved, the decoy fix, another failure."""
+
+from __future__ import annotations
+
+from opencomposer.harness.trajectory import Trajectory, write_jsonl
+from opencomposer.pipeline_report import outcomes
+from opencomposer.tasks.demo_family import DECOY_PATCH, generate_tasks
+from opencomposer.tasks.task import Task
+
+
+def test_outcomes_tell_the_decoy_fix_from_other_failures(tmp_path):
+    paths = generate_tasks(4, 0, tmp_path / "suite", difficulty=0)
+    gold, decoy, other, nothing = (Task.load(p) for p in paths)
+    trajs = [Trajectory(id="a", task_id=gold.id, patch=gold.gold_patch, reward=1.0),
+             Trajectory(id="b", task_id=decoy.id, patch=(decoy.path / DECOY_PATCH).read_text(), reward=0.0),
+             Trajectory(id="c", task_id=other.id, patch=decoy.gold_patch, reward=0.0),  # another task's fix
+             Trajectory(id="d", task_id=nothing.id, patch="", reward=0.0)]
+    (tmp_path / "eval").mkdir()
+    write_jsonl(trajs, tmp_path / "eval" / "trajectories.jsonl")
+    assert outcomes(tmp_path / "eval", tmp_path / "suite") == {"resolved": 1, "decoy": 1, "other": 2}
