@@ -1,9 +1,10 @@
 """SFT on agent trajectories: the report's short supervised phase between pretraining and RL.
 
 Data. The oracle policy (by default the demo family's `ReadEditOracle`: read the file, then
-one minimal edit_file) is run through the real agent loop in a sandbox fork of every task of
-a training suite (never the held-out suite), with the environment's agent config (tool set,
-system prompt, limits); each trajectory is appended to `<run_dir>/sft_data/trajectories.jsonl`
+one minimal edit_file; with `data.decoy_rate` an imperfect demonstrator that writes a plausible
+wrong fix on that share of the tasks, `demo_family.demonstrator`) is run through the real agent
+loop in a sandbox fork of every task of a training suite (never the held-out suite), with the
+environment's agent config (tool set, system prompt, limits); each trajectory is appended to `<run_dir>/sft_data/trajectories.jsonl`
 (collection resumes: tasks already there are skipped). Trajectory JSONL files written by
 anyone else (`opencomposer eval`, RL) can be added with `data.trajectories`.
 
