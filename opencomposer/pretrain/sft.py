@@ -4,8 +4,8 @@ Data. The oracle policy (by default the demo family's `ReadEditOracle`: read the
 one minimal edit_file; with `data.decoy_rate` an imperfect demonstrator that writes a plausible
 wrong fix on that share of the tasks, `demo_family.demonstrator`) is run through the real agent
 loop in a sandbox fork of every task of a training suite (never the held-out suite), with the
-environment's agent config (tool set, system prompt, limits); each trajectory is appended to `<run_dir>/sft_data/trajectories.jsonl`
-(collection resumes: tasks already there are skipped). Trajectory JSONL files written by
+environment's agent config (tool set, system prompt, limits); each trajectory is appended to
+`<run_dir>/sft_data/trajectories.jsonl` (collection resumes: tasks already there are skipped). Trajectory JSONL files written by
 anyone else (`opencomposer eval`, RL) can be added with `data.trajectories`.
 
 Rendering. Each segment of a trajectory becomes one example with the chat template and loss
@@ -411,9 +411,8 @@ def prepare_data(cfg: SFTConfig, tok: Tokenizer, console: Console, backend=None)
             generate_tasks(d.generate.n, d.generate.seed, suite, difficulty=d.generate.difficulty, suite_name="demo-train")
             console.print(f"generated {d.generate.n} demo tasks in {suite}")
         out = Path(cfg.run_dir) / "sft_data" / TRAJECTORIES
-        from opencomposer.tasks.task import Suite
-
         from opencomposer.tasks.demo_family import demonstrator, writes_decoy
+        from opencomposer.tasks.task import Suite
 
         n_tasks = len(Suite.load(suite).tasks)
         for traj in read_jsonl(out) if out.is_file() else []:  # a resumed collection must keep its teacher

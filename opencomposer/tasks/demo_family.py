@@ -20,7 +20,9 @@ broken module text a training task already has (the id carries its hash).
 The knob is `difficulty` = distractor functions in the module (0..4): the agent must find
 the named function among them and copy the exact line. A solution is two tool calls,
 `read_file` then `edit_file` with the broken line as old_string, which is what
-`ReadEditOracle` does; `DEMO_AGENT` is the demo's environment: a short system prompt and
+`ReadEditOracle` does (and, with a share of decoys, `demonstrator`: every bug form has a
+plausible wrong fix, `Bug.decoy`, written to decoy.patch, that an imperfect demonstrator writes
+instead); `DEMO_AGENT` is the demo's environment: a short system prompt and
 only those two tools (the full tool set's schemas are ~2,100 tokens, which a CPU would spend
 most of its time attending to).
 
