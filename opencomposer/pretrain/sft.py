@@ -415,14 +415,15 @@ def prepare_data(cfg: SFTConfig, tok: Tokenizer, console: Console, backend=None)
         from opencomposer.tasks.task import Suite
 
         n_tasks = len(Suite.load(suite).tasks)
-        for traj in read_jsonl(out) if out.is_file() else []:  # a resumed collection must keep its teacher
+        collected = read_jsonl(out) if out.is_file() else []
+        for traj in collected:  # a resumed collection must keep its teacher
             if traj.meta.get("decoy", False) != writes_decoy(traj.task_id, d.decoy_rate, cfg.seed):
                 raise ConfigError(f"{out} was collected with another data.decoy_rate or seed ({traj.task_id}); "
                                   f"delete {out.parent} to collect again")
         t0 = time.perf_counter()
         with Progress(TextColumn("oracle trajectories"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                       console=console, transient=True) as bar:
-            job = bar.add_task("collect", total=n_tasks, completed=len(read_jsonl(out)) if out.is_file() else 0)
+            job = bar.add_task("collect", total=n_tasks, completed=len(collected))
             trajs = asyncio.run(collect_trajectories(suite, out, agent_config(d.agent),
                                                      make_policy=demonstrator(d.decoy_rate, cfg.seed),
                                                      concurrency=d.concurrency,
