@@ -114,6 +114,27 @@ class TransformersRunner:
         return out[:, ids.shape[1]:].tolist()
 
 
+class OracleDraftEngine(Engine):
+    """Speculation's ceiling on this model and machine: before every speculative step each row's
+    drafts are replaced by the next k tokens of its plain greedy output (`reference`: prompt ->
+    output), so every draft is accepted, as from a perfect MTP module. The step is otherwise the
+    engine's own: it verifies k+1 tokens and still drafts with the MTP modules (whose drafts
+    are then discarded), so its cost is a real step's at full acceptance (each depth recomputes
+    its k+1 newest entries, the most it ever does)."""
+
+    def __init__(self, model: Transformer, reference: dict[tuple[int, ...], list[int]], **kw):
+        super().__init__(model, **kw)
+        self.reference = reference
+
+    def _spec_step(self, seqs) -> None:
+        for s in seqs:
+            out = self.reference[tuple(s.tokens[:s.prompt_len])]
+            done = len(s.tokens) - s.prompt_len  # the last of these is pending; drafts follow it
+            nxt = out[done:done + self.k]
+            s.drafts = nxt + [0] * (self.k - len(nxt))
+        super()._spec_step(seqs)
+
+
 class EngineRunner:
     """One engine at one sampling setting; also records, per batch size, the decode steps'
     durations, the decode phase's tokens and seconds per call (tokens after each request's
@@ -238,13 +259,18 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--spec-depth", type=int, default=None, help="MTP draft depth k (default: the model's num_mtp_modules)")
     ap.add_argument("--skip-transformers", action="store_true")
+    ap.add_argument("--oracle-drafts", action="store_true",
+                    help="also time speculation with every draft accepted (OracleDraftEngine): its ceiling here")
+    ap.add_argument("--random-config", default="{}",
+                    help="JSON of ModelConfig keys replacing the random model's (BENCH_CONFIG), e.g. "
+                         "'{\"num_hidden_layers\": 16}'")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     if args.model:
         model = load_pretrained(args.model, dtype=torch.float32)
     else:
-        model = Transformer(ModelConfig(**BENCH_CONFIG)).eval()
+        model = Transformer(ModelConfig(**{**BENCH_CONFIG, **json.loads(args.random_config)})).eval()
     cfg = model.config
     params = sum(p.numel() for p in model.parameters())
     mtp_params = sum(p.numel() for p in model.mtp.parameters())
@@ -275,6 +301,15 @@ def main() -> None:
         stop = tuple(stop_token_ids(Tokenizer.load(args.tokenizer or args.model)))
         runners["engine_turns"] = EngineRunner(runners["engine"].engine, args.new_tokens, stop)
         runners["spec_turns"] = EngineRunner(runners["spec"].engine, args.new_tokens, stop)
+    if args.oracle_drafts and spec_depth:
+        # The reference outputs: the plain engine's, per prompt (batch B covers batch 1's prompt).
+        for stop_tag, plain in (("", "engine"), ("_turns", "engine_turns")):
+            if plain not in runners:
+                continue
+            reference = dict(zip(map(tuple, prompts), runners[plain](prompts)))
+            oracle = OracleDraftEngine(copy.deepcopy(model), reference, max_slots=args.batch, max_len=max_len,
+                                       speculative_depth=spec_depth)
+            runners[f"oracle{stop_tag}"] = EngineRunner(oracle, args.new_tokens, runners[plain].stop)
     tmp = tempfile.TemporaryDirectory()
     if not args.skip_transformers:
         save_pretrained(model, tmp.name)
@@ -305,7 +340,8 @@ def main() -> None:
                limit_step_ms=1e3 * limit_s, limit_bound="bandwidth" if nbytes / bw >= flops / mm_rate else "compute",
                fraction_of_limit=1e3 * limit_s / out[f"engine_step_ms_b{args.batch}"])
 
-    for spec, plain, tag in (("spec", "engine", "spec"), ("spec_turns", "engine_turns", "turns_spec")):
+    for spec, plain, tag in (("spec", "engine", "spec"), ("spec_turns", "engine_turns", "turns_spec"),
+                             ("oracle", "engine", "oracle"), ("oracle_turns", "engine_turns", "turns_oracle")):
         if spec not in runners:
             continue
         r = runners[spec]
@@ -317,7 +353,7 @@ def main() -> None:
             out[f"{tag}_ratio_b{B}"] = tps[spec, B] / tps[plain, B]
             out[f"{tag}_decode_ratio_b{B}"] = r.decode_tps(B) / runners[plain].decode_tps(B)
             out[f"{tag}_same_as_plain_b{B}"] = outputs[spec, B] == outputs[plain, B]
-            if tag == "turns_spec":
+            if tag.startswith("turns"):
                 out[f"turns_plain_tps_b{B}"] = tps[plain, B]
                 out[f"turns_mean_new_tokens_b{B}"] = statistics.mean(map(len, outputs[plain, B]))
     for run in runners.values():
@@ -345,14 +381,16 @@ def main() -> None:
           f"({out['limit_bound']}-bound: {nbytes / 1e6:.1f} MB, {flops / 1e6:.0f} MFLOP; experts used per layer "
           f"{used}) -> {100 * out['fraction_of_limit']:.0f}% of the limit")
     print(f"event loop lag while decoding: median {lag_med:.2f} ms, max {lag_max:.1f} ms")
-    for tag, what in (("spec", f"{args.new_tokens} new tokens"), ("turns_spec", "agent turns (stop at the turn's end)")):
+    for tag, what in (("spec", f"{args.new_tokens} new tokens"), ("turns_spec", "agent turns (stop at the turn's end)"),
+                      ("oracle", f"{args.new_tokens} new tokens, every draft accepted (the ceiling)"),
+                      ("turns_oracle", "agent turns, every draft accepted (the ceiling)")):
         if f"{tag}_acceptance" not in out:
             continue
         print(f"MTP speculative (depth {out['spec_depth']}), {what}: acceptance {out[f'{tag}_acceptance']:.2f}, "
               f"{out[f'{tag}_tokens_per_step']:.2f} tokens per verify step")
         for b in (1, B):
             line = f"batch {b:>2}: speculative {out[f'{tag}_tps_b{b}']:8.0f} tok/s"
-            if tag == "turns_spec":
+            if tag.startswith("turns"):
                 line += (f" (plain {out[f'turns_plain_tps_b{b}']:.0f}; "
                          f"{out[f'turns_mean_new_tokens_b{b}']:.0f} new tokens per turn on average)")
             print(line + f", x{out[f'{tag}_ratio_b{b}']:.2f} of plain (decode phase alone "

@@ -34,6 +34,8 @@ def demo(
     harness: bool = typer.Option(False, "--harness", help="The harness demo instead (8 sandbox forks, scripted tools)."),
     config: str = typer.Option(None, "--config", help="A pipeline YAML (configs/demo/pipeline.yaml); default: built in."),
     overrides: list[str] = typer.Option([], "--set", help="Override a field: --set rl.steps=8 (repeatable)."),
+    until: str = typer.Option(None, "--until", help="Stop after this stage (tokenizer, pretrain, tasks, sft, "
+                                                      "eval_sft, rl, eval_rl, report); a later run goes on."),
 ) -> None:
     """`make demo`: tokenizer, pretraining, SFT, eval, async RL, eval, report (opencomposer/pipeline.py)."""
     if harness:
@@ -45,7 +47,7 @@ def demo(
     from opencomposer.pipeline import main as pipeline
 
     try:
-        pipeline(config, overrides)
+        pipeline(config, overrides, until=until)
     except OpenComposerError as exc:
         typer.echo(f"demo: {exc}", err=True)
         raise typer.Exit(1)

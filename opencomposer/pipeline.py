@@ -256,10 +256,14 @@ class Pipeline:
         f = self.stage_file(name)
         return json.loads(f.read_text()) if f.is_file() else None
 
-    def run(self) -> Path:
-        """Run every unfinished stage; returns the report's index.html."""
+    def run(self, until: str | None = None) -> Path:
+        """Run every unfinished stage, or those up to and including `until` (one of STAGES);
+        returns the report's index.html, or with `until` that stage's output directory."""
         import torch
 
+        if until is not None and until not in self.STAGES:
+            raise ConfigError(f"until={until!r} is not a stage; the stages are {', '.join(self.STAGES)}")
+        stages = self.STAGES[:self.STAGES.index(until) + 1] if until else self.STAGES
         resolve_device(self.cfg.device)  # device: cuda without a GPU stops here, before any stage
         self.out.mkdir(parents=True, exist_ok=True)
         saved, now = self.out / "pipeline.yaml", self.cfg.model_dump(mode="json")
@@ -271,7 +275,7 @@ class Pipeline:
             raise ConfigError(f"{self.out} holds a pipeline run with another config (differences, then and now: "
                               f"{diff}); set out_dir to another directory, or delete {self.out} to start over")
         saved.write_text(yaml.safe_dump(now, sort_keys=False))
-        for i, name in enumerate(self.STAGES, 1):
+        for i, name in enumerate(stages, 1):
             done = self.record(name)
             if done is not None:
                 self.console.print(f"[dim]stage {i}/{len(self.STAGES)} {name}: done earlier "
@@ -289,6 +293,11 @@ class Pipeline:
             self.stage_file(name).parent.mkdir(parents=True, exist_ok=True)
             self.stage_file(name).write_text(json.dumps(rec, indent=2))
             self.console.print(f"[green]{name} done[/] in {rec['wall_s']:.0f} s")
+        if until is not None and until != "report":
+            where = self.paths.get(until, self.out / until)
+            self.console.print(f"stopped after stage {until} (--until); its output: [bold]{where}[/]; "
+                               f"run again without --until to go on")
+            return where
         index = self.paths["report"] / "index.html"
         summary = json.loads((self.paths["report"] / "summary_demo.json").read_text())
         self.console.rule("[bold]opencomposer demo: done")
@@ -450,9 +459,10 @@ class Pipeline:
 
 
 def main(config: str | None = None, overrides: list[str] | tuple[str, ...] = (),
-         console: Console | None = None) -> Path:
-    """`make demo`: run the pipeline (configs/demo/pipeline.yaml or the defaults)."""
-    return Pipeline(load_config(config, overrides), console).run()
+         console: Console | None = None, until: str | None = None) -> Path:
+    """`make demo`: run the pipeline (configs/demo/pipeline.yaml or the defaults), or its stages
+    up to `until`."""
+    return Pipeline(load_config(config, overrides), console).run(until)
 
 
 if __name__ == "__main__":

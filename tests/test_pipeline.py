@@ -98,6 +98,28 @@ def test_pipeline_runs_every_stage_and_writes_the_report(tmp_path):
         Pipeline(load_config(None, [f"out_dir={tmp_path / 'demo'}", *MINI, "sft.lr=0.01"])).run()
 
 
+def test_until_stops_after_the_named_stage_and_a_later_run_goes_on(tmp_path):
+    from typer.testing import CliRunner
+
+    from opencomposer.cli import app
+    from opencomposer.errors import ConfigError
+
+    cfg = load_config(None, [f"out_dir={tmp_path / 'demo'}", *MINI, "threads=1", "train_threads=1"])
+    out = io.StringIO()
+    p = Pipeline(cfg, Console(file=out, width=200))
+    assert p.run(until="tasks") == tmp_path / "demo" / "tasks"
+    assert [n for n in Pipeline.STAGES if p.record(n)] == ["tokenizer", "pretrain", "tasks"]
+    assert "stopped after stage tasks" in out.getvalue()
+    assert (p.paths["pretrain"] / "model" / "config.json").is_file() and not p.paths["sft"].exists()
+    again = io.StringIO()
+    assert Pipeline(cfg, Console(file=again, width=200)).run(until="pretrain") == p.paths["pretrain"]
+    assert again.getvalue().count("skipped") == 2 and not p.record("sft")
+    with pytest.raises(ConfigError, match="not a stage; the stages are tokenizer, pretrain"):
+        p.run(until="train")
+    bad = CliRunner().invoke(app, ["demo", "--until", "sfft", "--set", f"out_dir={tmp_path / 'other'}"])
+    assert bad.exit_code == 1 and "'sfft' is not a stage" in bad.output and not (tmp_path / "other").exists()
+
+
 def test_config_file_restates_the_defaults_and_bad_values_are_named():
     from opencomposer.errors import ConfigError
     from opencomposer.pipeline import PipelineConfig
