@@ -1,7 +1,8 @@
 """Decode throughput of the engine: against transformers' `generate`, plain against MTP
 speculative decoding, and against this machine's limit.
 
-    .venv/bin/python benchmarks/decode.py [--json] [--model DIR] [--threads N]
+    .venv/bin/python benchmarks/decode.py [--json] [--model DIR] [--threads N] [--spec-depth K]
+        [--oracle-drafts] [--random-config JSON] [--b1-prompts N] [--skip-transformers] [--skip-torch-path]
 
 Model: a ~15M-parameter Qwen3-MoE (hidden 256, 4 layers, 8 experts of width 448, top-2,
 vocab 4096, one MTP module) with random weights, or a checkpoint (--model DIR). transformers
@@ -22,7 +23,10 @@ step time at batch 16 (engine.stats.recent_steps).
 Speculative decoding: with random weights the MTP module's drafts are rarely accepted, so
 it can only cost time here; a trained model (--model) shows the speed-up. Reported: tokens/s
 at batch 1 and 16, ratio to plain, acceptance rate, and mean tokens per verify step (accepted
-drafts + 1). Also the event loop's lag (a 1 ms sleep's overshoot) while the engine decodes a
+drafts + 1). --oracle-drafts adds speculation's ceiling for the model at hand (random weights
+too): the same engine with every draft replaced by the plain greedy output, so all are
+accepted (OracleDraftEngine). --random-config changes the random model's shape (e.g. its
+depth) to see how that ceiling moves. Also the event loop's lag (a 1 ms sleep's overshoot) while the engine decodes a
 batch of 16 through `await engine.generate`, to show that the server stays responsive.
 """
 
@@ -97,6 +101,10 @@ def step_cost(model: Transformer, B: int, context: float, experts_used: list[int
 
 # ---- the runners: each call is one timed generation of B greedy completions ---------------
 
+class OneByOne(list):
+    """Prompts to decode at batch 1, one request after another (each a call of its own)."""
+
+
 class TransformersRunner:
     def __init__(self, path: str, new_tokens: int):
         import transformers
@@ -107,6 +115,8 @@ class TransformersRunner:
         self.new_tokens = new_tokens
 
     def __call__(self, prompts: list[list[int]]) -> list[list[int]]:
+        if isinstance(prompts, OneByOne):
+            return [self([p])[0] for p in prompts]
         ids = torch.tensor(prompts)
         with torch.inference_mode():
             out = self.hf.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=self.new_tokens,
@@ -147,6 +157,13 @@ class EngineRunner:
         self.accepted = self.proposed = 0
 
     def __call__(self, prompts: list[list[int]]) -> list[list[int]]:
+        if isinstance(prompts, OneByOne):  # batch 1: the calls' tokens and seconds add up as one
+            outs, n0 = [], len(self.decode.get(1, []))
+            for p in prompts:
+                outs += self([p])
+            calls = self.decode[1][n0:]
+            self.decode[1][n0:] = [(sum(n for n, _ in calls), sum(s for _, s in calls))]
+            return outs
         st, B = self.engine.stats, len(prompts)
         st.recent_steps.clear()
         before = (st.generated_tokens, st.decode_s, st.spec_accepted, st.spec_proposed)
@@ -256,15 +273,20 @@ def main() -> None:
     ap.add_argument("--prompt-len", type=int, default=None, help="default: 32 (random ids), 256 (--prompts)")
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--b1-prompts", type=int, default=1,
+                    help="batch 1 decodes this many of the prompts, one request after another (at most --batch)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--spec-depth", type=int, default=None, help="MTP draft depth k (default: the model's num_mtp_modules)")
     ap.add_argument("--skip-transformers", action="store_true")
+    ap.add_argument("--skip-torch-path", action="store_true", help="leave out the engine without its C++ kernels")
     ap.add_argument("--oracle-drafts", action="store_true",
                     help="also time speculation with every draft accepted (OracleDraftEngine): its ceiling here")
     ap.add_argument("--random-config", default="{}",
                     help="JSON of ModelConfig keys replacing the random model's (BENCH_CONFIG), e.g. "
                          "'{\"num_hidden_layers\": 16}'")
     args = ap.parse_args()
+    if not 1 <= args.b1_prompts <= args.batch:
+        ap.error(f"--b1-prompts must be between 1 and --batch ({args.batch}), got {args.b1_prompts}")
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     if args.model:
@@ -283,12 +305,14 @@ def main() -> None:
         prompts = torch.randint(0, cfg.vocab_size, (args.batch, args.prompt_len), generator=g).tolist()
     max_len = args.prompt_len + args.new_tokens + 8
     out = {"prompts": args.prompts or "random", "params": params, "params_without_mtp": params - mtp_params, "threads": args.threads,
-           "new_tokens": args.new_tokens, "prompt_len": args.prompt_len, "batch": args.batch}
+           "new_tokens": args.new_tokens, "prompt_len": args.prompt_len, "batch": args.batch,
+           "b1_prompts": args.b1_prompts}
 
     runners = {"engine": EngineRunner(Engine(copy.deepcopy(model), max_slots=args.batch, max_len=max_len),
-                                      args.new_tokens),
-               "torch_path": EngineRunner(Engine(copy.deepcopy(model), max_slots=args.batch, max_len=max_len,
-                                                 native_kernels=False), args.new_tokens)}
+                                      args.new_tokens)}
+    if not args.skip_torch_path:
+        runners["torch_path"] = EngineRunner(Engine(copy.deepcopy(model), max_slots=args.batch, max_len=max_len,
+                                                    native_kernels=False), args.new_tokens)
     spec_depth = cfg.num_mtp_modules if args.spec_depth is None else args.spec_depth
     if spec_depth:
         runners["spec"] = EngineRunner(Engine(copy.deepcopy(model), max_slots=args.batch, max_len=max_len,
@@ -314,7 +338,7 @@ def main() -> None:
     if not args.skip_transformers:
         save_pretrained(model, tmp.name)
         runners["transformers"] = TransformersRunner(tmp.name, args.new_tokens)
-    batches = {1: prompts[:1], args.batch: prompts}
+    batches = {1: OneByOne(prompts[:args.b1_prompts]), args.batch: prompts}
     tps, outputs, bw, mm_rate = interleaved(runners, batches, args.repeats, args.new_tokens)
     tmp.cleanup()
     out.update(bandwidth_GBps=bw / 1e9, matmul_GFLOPs=mm_rate / 1e9, native=runners["engine"].engine.native)
@@ -325,10 +349,11 @@ def main() -> None:
             out[f"transformers_tps_b{B}"] = tps["transformers", B]
             out[f"speedup_b{B}"] = tps["engine", B] / tps["transformers", B]
             same = sum(a == b for a, b in zip(outputs["transformers", B], outputs["engine", B]))
-            out[f"same_outputs_b{B}"] = f"{same}/{B}"
-    for B in batches:
-        out[f"engine_torch_path_tps_b{B}"] = tps["torch_path", B]
-    out["engine_torch_path_step_ms"] = 1e3 * statistics.median(runners["torch_path"].step_s[args.batch])
+            out[f"same_outputs_b{B}"] = f"{same}/{len(outputs['engine', B])}"
+    if "torch_path" in runners:
+        for B in batches:
+            out[f"engine_torch_path_tps_b{B}"] = tps["torch_path", B]
+        out["engine_torch_path_step_ms"] = 1e3 * statistics.median(runners["torch_path"].step_s[args.batch])
     lag_med, lag_max = asyncio.run(event_loop_lag(runners["engine"].engine, prompts, args.new_tokens))
     out.update(event_loop_lag_ms_median=lag_med, event_loop_lag_ms_max=lag_max)
 
@@ -366,7 +391,8 @@ def main() -> None:
     B = args.batch
     print(f"model: {params / 1e6:.1f}M parameters ({(params - mtp_params) / 1e6:.1f}M without MTP), "
           f"{cfg.num_experts} experts top-{cfg.num_experts_per_tok}; {args.threads} threads; "
-          f"prompts {args.prompt_len} tokens, {args.new_tokens} new tokens, greedy, float32")
+          f"prompts {args.prompt_len} tokens, {args.new_tokens} new tokens, greedy, float32; batch 1: "
+          f"{args.b1_prompts} prompt(s) one after another")
     print(f"machine: read bandwidth {bw / 1e9:.1f} GB/s, fp32 matmul {mm_rate / 1e9:.0f} GFLOP/s")
     for b in (1, B):
         line = f"batch {b:>2}: engine {out[f'engine_tps_b{b}']:8.0f} tok/s"
@@ -374,9 +400,10 @@ def main() -> None:
             line += (f"   transformers {out[f'transformers_tps_b{b}']:7.0f} tok/s   x{out[f'speedup_b{b}']:.1f}"
                      f"   same outputs {out[f'same_outputs_b{b}']}")
         print(line)
-    print(f"engine without its C++ kernels (native_kernels=False: oneDNN + fused.py): batch 1 "
-          f"{out['engine_torch_path_tps_b1']:.0f} tok/s, batch {B} {out[f'engine_torch_path_tps_b{B}']:.0f} tok/s, "
-          f"step {out['engine_torch_path_step_ms']:.2f} ms")
+    if "engine_torch_path_step_ms" in out:
+        print(f"engine without its C++ kernels (native_kernels=False: oneDNN + fused.py): batch 1 "
+              f"{out['engine_torch_path_tps_b1']:.0f} tok/s, batch {B} {out[f'engine_torch_path_tps_b{B}']:.0f} tok/s, "
+              f"step {out['engine_torch_path_step_ms']:.2f} ms")
     print(f"batch {B} decode step: {out[f'engine_step_ms_b{B}']:.2f} ms measured, limit {out['limit_step_ms']:.2f} ms "
           f"({out['limit_bound']}-bound: {nbytes / 1e6:.1f} MB, {flops / 1e6:.0f} MFLOP; experts used per layer "
           f"{used}) -> {100 * out['fraction_of_limit']:.0f}% of the limit")
