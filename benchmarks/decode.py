@@ -167,13 +167,17 @@ class EngineRunner:
         st, B = self.engine.stats, len(prompts)
         st.recent_steps.clear()
         before = (st.generated_tokens, st.decode_s, st.spec_accepted, st.spec_proposed)
-        sp = SamplingParams(temperature=0, max_new_tokens=self.new_tokens, stop_token_ids=self.stop)
-        results = self.engine.generate_batch([GenerationRequest(p, sp) for p in prompts])
+        results = self.generate(prompts)
         self.step_s.setdefault(B, []).extend(dt for rows, dt in st.recent_steps if rows == B)
         self.decode.setdefault(B, []).append((st.generated_tokens - before[0] - B, st.decode_s - before[1]))
         self.accepted += st.spec_accepted - before[2]
         self.proposed += st.spec_proposed - before[3]
         return [r.output_ids for r in results]
+
+    def generate(self, prompts: list[list[int]]):
+        """The engine's results at this runner's setting, recorded nowhere."""
+        sp = SamplingParams(temperature=0, max_new_tokens=self.new_tokens, stop_token_ids=self.stop)
+        return self.engine.generate_batch([GenerationRequest(p, sp) for p in prompts])
 
     def decode_tps(self, B: int) -> float:
         """Median over calls of decode-phase tokens / decode-phase seconds."""
@@ -330,7 +334,7 @@ def main() -> None:
         for stop_tag, plain in (("", "engine"), ("_turns", "engine_turns")):
             if plain not in runners:
                 continue
-            reference = dict(zip(map(tuple, prompts), runners[plain](prompts)))
+            reference = {tuple(p): r.output_ids for p, r in zip(prompts, runners[plain].generate(prompts))}
             oracle = OracleDraftEngine(copy.deepcopy(model), reference, max_slots=args.batch, max_len=max_len,
                                        speculative_depth=spec_depth)
             runners[f"oracle{stop_tag}"] = EngineRunner(oracle, args.new_tokens, runners[plain].stop)
