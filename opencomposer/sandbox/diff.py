@@ -6,12 +6,14 @@ not to the size of the project. For each such path the old side is read from the
 view and the new side from the live merged view (the kernel resolves whiteouts and opaque
 directories for us), and the pair is compared byte for byte.
 
-Output is what `git diff` would print without index lines, so `git apply` (and
-`patch -p1`) accept it: `diff --git a/P b/P`, `new file mode` / `deleted file mode` /
+Output is what `git diff --binary` would print, so `git apply` accepts it (and `patch -p1`
+the text sections): `diff --git a/P b/P`, `new file mode` / `deleted file mode` /
 `old mode`+`new mode`, `--- /dev/null` for added and `+++ /dev/null` for deleted files,
 `\\ No newline at end of file` markers, symlinks as mode 120000 with their target as
-content, and `Binary files a/P and b/P differ` for binary content (a NUL byte in the first
-8000 bytes, or not UTF-8), which `git apply` cannot replay.
+content. Text sections carry no index line. Binary content (a NUL byte in the first 8000
+bytes, or not UTF-8) is a `GIT binary patch` with full blob ids on its index line (git
+refuses a binary patch without them) and both sides as zlib literals, so a patch that adds
+or changes a binary file applies whole instead of being rejected.
 
 Left out: rename detection (a rename is a delete plus an add), empty directories (git does
 not track them), special files (fifos, devices), and quoting of unusual path names.
@@ -19,10 +21,13 @@ not track them), special files (fifos, devices), and quoting of unusual path nam
 
 from __future__ import annotations
 
+import base64
 import difflib
 import fnmatch
+import hashlib
 import os
 import stat
+import zlib
 from pathlib import Path
 from typing import Iterator, Sequence
 
@@ -163,6 +168,35 @@ def unified(a: list[str], b: list[str], n: int = 3) -> Iterator[str]:
         yield from (" " + line for line in a[i:a2])
 
 
+_NO_BLOB = "0" * 40
+
+
+def blob_id(data: bytes) -> str:
+    """git's object id of a blob with this content."""
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+def _literal(data: bytes) -> Iterator[str]:
+    """One side of a GIT binary patch: zlib data in lines of up to 52 bytes, base85, each
+    prefixed by its length (A-Z for 1-26, a-z for 27-52), then a blank line."""
+    packed = zlib.compress(data)
+    yield f"literal {len(data)}\n"
+    for i in range(0, len(packed), 52):
+        chunk = packed[i:i + 52]
+        n = len(chunk)
+        yield (chr(ord("A") + n - 1) if n <= 26 else chr(ord("a") + n - 27)) + base64.b85encode(chunk, pad=True).decode() + "\n"
+    yield "\n"
+
+
+def binary_section(old: tuple[str, bytes] | None, new: tuple[str, bytes] | None) -> str:
+    """The index line and GIT binary patch (forward, then reverse) for one path."""
+    old_id = blob_id(old[1]) if old else _NO_BLOB
+    new_id = blob_id(new[1]) if new else _NO_BLOB
+    mode = f" {new[0]}" if old and new and old[0] == new[0] else ""
+    return "".join([f"index {old_id}..{new_id}{mode}\nGIT binary patch\n",
+                    *_literal(new[1] if new else b""), *_literal(old[1] if old else b"")])
+
+
 def file_diff(rel: str, old: tuple[str, bytes] | None, new: tuple[str, bytes] | None) -> str:
     """The `diff --git` section for one path ("" when both sides are equal)."""
     if old == new:
@@ -178,11 +212,11 @@ def file_diff(rel: str, old: tuple[str, bytes] | None, new: tuple[str, bytes] | 
     new_data = new[1] if new else b""
     if old_data == new_data:
         return "".join(out)  # mode change, or an empty file added/deleted
+    if _is_binary(old_data) or _is_binary(new_data):
+        out.append(binary_section(old, new))
+        return "".join(out)
     a = f"a/{rel}" if old else "/dev/null"
     b = f"b/{rel}" if new else "/dev/null"
-    if _is_binary(old_data) or _is_binary(new_data):
-        out.append(f"Binary files {a} and {b} differ\n")
-        return "".join(out)
     out.append(f"--- {a}\n+++ {b}\n")
     for line in unified(_lines(old_data), _lines(new_data)):
         out.append(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n")

@@ -76,6 +76,7 @@ def test_diff_is_a_git_patch_that_reproduces_the_workspace(backend, project, tmp
         rm pkg/sub/other.py
         chmod +x README.md
         printf '\\000\\001\\002' > blob.bin
+        printf 'caf\\351\\n' > latin1.txt
         ln -s pkg/core.py newlink
         mkdir -p pkg/__pycache__ && echo junk > pkg/__pycache__/core.cpython-311.pyc
     """)])
@@ -87,16 +88,16 @@ def test_diff_is_a_git_patch_that_reproduces_the_workspace(backend, project, tmp
     assert "+no newline\n\\ No newline at end of file\n" in patch
     assert "deleted file mode 100644\n--- a/pkg/sub/other.py\n+++ /dev/null\n" in patch
     assert "old mode 100644\nnew mode 100755\n" in patch
-    assert "Binary files /dev/null and b/blob.bin differ\n" in patch
+    assert "diff --git a/blob.bin b/blob.bin\nnew file mode 100644\nindex 0000000000000000000000000000000000000000.." in patch
+    assert "GIT binary patch\nliteral 3\n" in patch
     assert "new file mode 120000\n" in patch
     assert "__pycache__" not in patch
-    # replay the text part of the patch on a pristine copy with git: same tree as the workspace
-    text_patch = "".join("diff --git" + s for s in patch.split("diff --git")[1:] if "Binary files" not in s)
+    # replay the whole patch, binary files included, on a pristine copy with git: same tree
     replay = tmp_path / "replay"
     shutil.copytree(project, replay, symlinks=True)
-    subprocess.run(["git", "apply", "-"], cwd=replay, input=text_patch.encode(), check=True)
+    subprocess.run(["git", "apply", "-"], cwd=replay, input=patch.encode(), check=True)
     expected = tree_state(ws.root)
-    for rel in [k for k in expected if "__pycache__" in k or k == "blob.bin"]:
+    for rel in [k for k in expected if "__pycache__" in k]:
         del expected[rel]
     assert tree_state(replay) == expected
     ws.close()

@@ -186,7 +186,7 @@ def test_hack_fake_junit_report(clamp_task, backend):
     patch = edit(clamp_task, {"mathkit/__init__.py": FORGE})
     r = grade(clamp_task, patch, backend=backend)
     assert_scores_nothing(r)
-    assert "sealed report" in r.reason or "seal" in r.reason
+    assert "tampered" in r.reason
 
 
 def test_symlinked_test_dir_cannot_write_outside_the_workspace(clamp_task, backend, tmp_path):
@@ -246,3 +246,28 @@ def test_workspace_patch_leaves_out_the_venv_and_grades(clamp_task, backend):
         ws.close()
     assert ".venv" not in patch and "mathkit/numbers.py" in patch
     assert grade(clamp_task, patch, backend=backend).resolved
+
+
+def test_a_fix_that_also_adds_binary_files_resolves(clamp_task, backend):
+    """The agent's patch as the project writes it carries binary files whole, and the grader applies it."""
+    from opencomposer.tasks.build import task_image
+    from opencomposer.tasks.grade import workspace_patch
+
+    ws = task_image(clamp_task, backend).workspace()
+    try:
+        assert ws.exec(["git", "apply", "-"], stdin=clamp_task.gold_patch.encode()).ok
+        assert ws.exec("mkdir -p data && printf '\\000\\001\\377' > data/table.bin && printf 'caf\\351\\n' > notes.txt").ok
+        patch = workspace_patch(ws)
+    finally:
+        ws.close()
+    assert "GIT binary patch" in patch and "data/table.bin" in patch
+    r = grade(clamp_task, patch, backend=backend)
+    assert r.resolved, r.reason
+
+
+def test_patch_over_the_size_limit_scores_nothing_unread(clamp_task, backend):
+    from opencomposer.tasks.grade import MAX_PATCH_BYTES
+
+    junk = edit(clamp_task, {"junk.txt": "x" * 100 + "\n" * (MAX_PATCH_BYTES // 2)})
+    r = grade(clamp_task, clamp_task.gold_patch + junk, backend=backend)
+    assert not r.resolved and "limit" in r.reason
