@@ -45,6 +45,7 @@ from opencomposer.errors import SandboxError, SetupError
 from opencomposer.sandbox.base import WORKSPACE_MOUNT, Limits
 from opencomposer.sandbox.layers import OverlayBackend
 from opencomposer.sandbox.limits import LaunchSpec
+from opencomposer.sandbox.trees import remove_tree
 
 BASE_ENV = {
     "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
@@ -98,7 +99,7 @@ def build_etc(store_root: Path) -> Path:
     try:
         tmp.rename(target)
     except OSError:  # another process built it first
-        shutil.rmtree(tmp, ignore_errors=True)
+        remove_tree(tmp)
     return target
 
 

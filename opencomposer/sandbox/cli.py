@@ -50,7 +50,7 @@ def exec_(
         try:
             result = ws.exec(cmd, limits=limits, cwd=cwd)
         finally:
-            ws.close()
+            _close(ws)
     except OpenComposerError as e:
         typer.echo(f"sandbox: {e}", err=True)
         raise typer.Exit(EXIT_SETUP)
@@ -68,6 +68,14 @@ def exec_(
         typer.echo(f"sandbox: out of memory (limit {memory_mb} MB)", err=True)
         raise typer.Exit(EXIT_OOM)
     raise typer.Exit(result.exit_code or 0)
+
+
+def _close(ws) -> None:
+    """Close the workspace; if that fails the command still ran, so its result is still printed."""
+    try:
+        ws.close()
+    except OpenComposerError as e:
+        typer.echo(f"sandbox: warning: cleanup failed, `opencomposer sandbox gc` will retry: {e}", err=True)
 
 
 @app.command("gc")

@@ -26,18 +26,21 @@ cat and plain `ls` of the cwd work. `Limits.network=True` maps to `--network=hos
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 from pathlib import Path
 from typing import Sequence
 
-from opencomposer.errors import SetupError
+from opencomposer.errors import SandboxError, SetupError
 from opencomposer.sandbox.base import WORKSPACE_MOUNT, Limits
 from opencomposer.sandbox.bwrap import BASE_ENV, build_etc, command_argv, sandbox_cwd
 from opencomposer.sandbox.layers import OverlayBackend
 from opencomposer.sandbox.limits import LaunchSpec
+from opencomposer.sandbox.trees import remove_tree
 
 _ROOT_LINKS = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
+log = logging.getLogger(__name__)
 
 
 def _rootfs(store_root: Path) -> Path:
@@ -115,4 +118,12 @@ class GVisorBackend(OverlayBackend):
                 "run", "--bundle", str(bundle), f"oc-{bundle.name}"]
         return LaunchSpec(argv=argv, env={"PATH": BASE_ENV["PATH"]}, cgroup_pids=False,
                           rlimit_as=False, rlimit_fsize=False,
-                          cleanup=lambda: shutil.rmtree(bundle, ignore_errors=True))
+                          cleanup=lambda: _remove_bundle(bundle))
+
+
+def _remove_bundle(bundle: Path) -> None:
+    """After the exec: its result matters more than a leftover state dir, which gc removes later."""
+    try:
+        remove_tree(bundle)
+    except SandboxError as e:
+        log.warning("sandbox: %s", e)

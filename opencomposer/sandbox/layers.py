@@ -36,11 +36,12 @@ from __future__ import annotations
 import ctypes
 import errno
 import itertools
+import logging
 import os
 import re
-import shutil
 import subprocess
 import threading
+import time
 import weakref
 from pathlib import Path
 from typing import Callable, Sequence
@@ -49,11 +50,13 @@ from opencomposer.errors import SandboxError
 from opencomposer.sandbox import limits as limits_mod
 from opencomposer.sandbox.base import ExecResult, Limits
 from opencomposer.sandbox.diff import DIFF_EXCLUDE, layer_diff
+from opencomposer.sandbox.trees import remove_tree, strip_setid
 
 DEFAULT_STORE = "/var/tmp/opencomposer/sandbox"
 _MS_NOSUID, _MS_NODEV, _MS_RDONLY, _MNT_DETACH = 2, 4, 1, 2
 _libc = ctypes.CDLL(None, use_errno=True)
 _ids = itertools.count()
+log = logging.getLogger(__name__)
 
 
 def default_store_dir() -> Path:
@@ -140,7 +143,10 @@ class LayerStore:
                         del self._refs[layer]
                         dead.append(layer)
         for layer in dead:
-            shutil.rmtree(layer, ignore_errors=True)
+            try:
+                remove_tree(layer)
+            except SandboxError as e:  # named <pid>.<n>: gc retries once this process is gone
+                log.warning("sandbox: %s", e)
 
 
 def mounts_under(prefix: Path) -> list[Path]:
@@ -159,6 +165,9 @@ def gc(store_dir: Path | str | None = None, everything: bool = False) -> dict[st
 
     Entries are named `<pid>.<n>`; those whose pid is dead (or all, with `everything=True`,
     which must only be used when no sandbox is running) are removed. Returns what was removed.
+    Never raises on what it finds: a sandbox may have left anything in its dirs, and every
+    backend start runs this, so an entry that cannot be removed is logged and left for the
+    next gc.
     """
     root = Path(store_dir) if store_dir is not None else default_store_dir()
     removed: dict[str, list[str]] = {"mounts": [], "dirs": [], "cgroups": []}
@@ -169,15 +178,21 @@ def gc(store_dir: Path | str | None = None, everything: bool = False) -> dict[st
 
     for point in mounts_under(root / "ws"):
         if stale(point.relative_to(root / "ws").parts[0]):
-            umount(point, lazy=True)
-            removed["mounts"].append(str(point))
+            try:
+                umount(point, lazy=True)
+                removed["mounts"].append(str(point))
+            except SandboxError as e:
+                log.warning("sandbox gc: %s", e)
     for sub in ("ws", "l", "run"):
         if not (root / sub).is_dir():
             continue
         for d in (root / sub).iterdir():
             if stale(d.name):
-                shutil.rmtree(d, ignore_errors=True)
-                removed["dirs"].append(str(d))
+                try:
+                    remove_tree(d)
+                    removed["dirs"].append(str(d))
+                except (SandboxError, OSError) as e:
+                    log.warning("sandbox gc: %s", e)
     removed["cgroups"] = limits_mod.remove_stale_cgroups()
     return removed
 
@@ -231,11 +246,23 @@ class _Exec:
 
 
 def _close_workspace(store: LayerStore, wsdir: Path, held: list[Path]) -> None:
-    for point in mounts_under(wsdir):
-        umount(point)
-    shutil.rmtree(wsdir, ignore_errors=True)
-    store.release(held)
-    held.clear()
+    """Unmount, delete the workspace dir, release its layers: each step even if one before failed."""
+    errors = []
+    try:
+        for point in mounts_under(wsdir):
+            try:
+                umount(point)
+            except SandboxError as e:
+                errors.append(str(e))
+        try:
+            remove_tree(wsdir)
+        except SandboxError as e:
+            errors.append(str(e))
+    finally:
+        store.release(held)
+        held.clear()
+    if errors:
+        raise SandboxError("; ".join(errors))
 
 
 class OverlayWorkspace(_Exec):
@@ -315,6 +342,10 @@ class OverlayWorkspace(_Exec):
             umount(view)
 
     def close(self) -> None:
+        """Kill running commands, unmount, delete the workspace dir, release layers. Idempotent.
+
+        Raises SandboxError if part of the dir could not be removed (everything else is
+        done; `gc` retries once this process is gone)."""
         if self._closed:
             return
         self._closed = True
@@ -403,7 +434,7 @@ class OverlayBackend:
         proc = subprocess.run(["cp", "-a", "--reflink=auto", f"{src}/.", str(layer)],
                               capture_output=True, text=True)
         if proc.returncode != 0:
-            shutil.rmtree(layer, ignore_errors=True)
+            remove_tree(layer)
             raise SandboxError(f"copying {src} into the layer store failed: {proc.stderr.strip()}")
         return OverlayImage(self, (layer,))
 

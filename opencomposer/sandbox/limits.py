@@ -239,7 +239,11 @@ def remove_stale_cgroups() -> list[str]:
         for d in parent.iterdir():
             if not d.is_dir() or _pid_alive(d.name.split(".")[0]):
                 continue
-            for pid in (int(x) for x in (d / "cgroup.procs").read_text().split()):
+            try:
+                pids = [int(x) for x in (d / "cgroup.procs").read_text().split()]
+            except OSError:  # removed meanwhile (its owner's own cleanup, or another gc)
+                continue
+            for pid in pids:
                 try:
                     os.kill(pid, signal.SIGKILL)
                 except ProcessLookupError:

@@ -11,6 +11,7 @@ from sandbox_util import tree_state
 from typer.testing import CliRunner
 
 from opencomposer.sandbox.cli import app
+from opencomposer.sandbox.layers import gc
 
 runner = CliRunner()
 
@@ -70,3 +71,35 @@ def test_missing_bwrap_is_a_setup_error_with_the_fix(project, monkeypatch):
 def test_gc_reports_what_it_removed(store):
     r = runner.invoke(app, ["gc", "--store", str(store)])
     assert r.exit_code == 0 and set(json.loads(r.stdout)) == {"mounts", "dirs", "cgroups"}
+
+
+def test_a_deep_tree_neither_loses_the_result_nor_breaks_later_execs(project, store):
+    deep = ("import os\nfd = os.open('.', os.O_RDONLY)\nfor _ in range(1100):\n"
+            "    os.mkdir('a', dir_fd=fd); sub = os.open('a', os.O_RDONLY, dir_fd=fd); os.close(fd); fd = sub\n"
+            "print('deep')")
+    r = subprocess.run([sys.executable, "-m", "opencomposer.cli", "sandbox", "exec", "--workspace", str(project),
+                        "--json", "--", "python3", "-c", deep], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+    assert json.loads(r.stdout)["stdout"] == "deep\n"
+    assert list((store / "ws").iterdir()) == []
+    again = runner.invoke(app, ["exec", "--workspace", str(project), "--", "echo", "still works"])
+    assert again.exit_code == 0 and again.stdout == "still works\n"
+
+
+def test_a_cleanup_failure_is_a_warning_and_the_result_is_kept(project, store, monkeypatch):
+    from opencomposer.errors import SandboxError
+    from opencomposer.sandbox import layers
+
+    def failing_umount(target, lazy=False):
+        raise SandboxError(f"umount {target} failed: simulated")
+
+    monkeypatch.setattr(layers, "umount", failing_umount)
+    try:
+        r = runner.invoke(app, ["exec", "--workspace", str(project), "--json", "--", "sh", "-c", "echo out; exit 7"])
+        plain = runner.invoke(app, ["exec", "--workspace", str(project), "--", "sh", "-c", "echo out; exit 7"])
+    finally:
+        monkeypatch.undo()
+        gc(store, everything=True)  # the mounts the simulated failure left
+    assert r.exit_code == 0 and json.loads(r.stdout)["exit_code"] == 7 and json.loads(r.stdout)["stdout"] == "out\n"
+    assert "warning: cleanup failed" in r.stderr and "simulated" in r.stderr
+    assert plain.exit_code == 7 and plain.stdout == "out\n" and "warning: cleanup failed" in plain.stderr
