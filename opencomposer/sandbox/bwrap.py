@@ -233,13 +233,14 @@ class BwrapBackend(OverlayBackend):
                              "(or `make setup`)")
 
     def launch_spec(self, root: Path, cmd: Sequence[str] | str, limits: Limits, cwd: str,
-                    env: dict[str, str] | None) -> LaunchSpec:
+                    env: dict[str, str] | None, readonly: Sequence[str] = ()) -> LaunchSpec:
         argv = list(self._fixed)
         if not limits.network:
             argv.append("--unshare-net")
-        argv += ["--size", str(limits.memory_mb << 20), "--tmpfs", "/tmp",
-                 "--bind", str(root), WORKSPACE_MOUNT, "--remount-ro", "/",
-                 "--chdir", sandbox_cwd(cwd), "--clearenv"]
+        argv += ["--size", str(limits.memory_mb << 20), "--tmpfs", "/tmp", "--bind", str(root), WORKSPACE_MOUNT]
+        for rel in readonly:  # over the read-write bind: a mount point cannot be renamed or removed either
+            argv += ["--ro-bind", str(root / rel), f"{WORKSPACE_MOUNT}/{rel}"]
+        argv += ["--remount-ro", "/", "--chdir", sandbox_cwd(cwd), "--clearenv"]
         for key, value in {**BASE_ENV, **(env or {})}.items():
             argv += ["--setenv", key, value]
         return LaunchSpec(argv=[*argv, "--", *command_argv(cmd)], env=dict(BASE_ENV),

@@ -71,7 +71,7 @@ class GVisorBackend(OverlayBackend):
         if shutil.which("runsc") is None:
             raise SetupError("gVisor is not installed: run `apt-get install -y runsc` (or `make setup`)")
 
-    def _mounts(self, root: Path, limits: Limits) -> list[dict]:
+    def _mounts(self, root: Path, limits: Limits, readonly: Sequence[str]) -> list[dict]:
         mounts = [
             {"destination": "/proc", "type": "proc", "source": "proc"},
             {"destination": "/tmp", "type": "tmpfs", "source": "tmpfs",
@@ -80,6 +80,8 @@ class GVisorBackend(OverlayBackend):
             {"destination": "/etc", "type": "bind", "source": str(self.etc), "options": ["rbind", "ro"]},
             {"destination": WORKSPACE_MOUNT, "type": "bind", "source": str(root), "options": ["rbind", "rw"]},
         ]
+        mounts += [{"destination": f"{WORKSPACE_MOUNT}/{rel}", "type": "bind", "source": str(root / rel),
+                    "options": ["rbind", "ro"]} for rel in readonly]  # after (over) the workspace
         for name in _ROOT_LINKS:  # hosts without merged /usr have real dirs here
             if os.path.isdir(f"/{name}") and not os.path.islink(f"/{name}"):
                 mounts.append({"destination": f"/{name}", "type": "bind", "source": f"/{name}",
@@ -87,7 +89,7 @@ class GVisorBackend(OverlayBackend):
         return mounts
 
     def launch_spec(self, root: Path, cmd: Sequence[str] | str, limits: Limits, cwd: str,
-                    env: dict[str, str] | None) -> LaunchSpec:
+                    env: dict[str, str] | None, readonly: Sequence[str] = ()) -> LaunchSpec:
         bundle = self.store.new_dir(self.run_dir)
         config = {
             "ociVersion": "1.0.2",
@@ -107,7 +109,7 @@ class GVisorBackend(OverlayBackend):
             },
             "root": {"path": str(self.rootfs), "readonly": True},
             "hostname": "sandbox",
-            "mounts": self._mounts(root, limits),
+            "mounts": self._mounts(root, limits, readonly),
             # a "network" namespace entry would give even --network=host a fresh, empty netns
             "linux": {"namespaces": [{"type": t} for t in ("pid", "ipc", "uts", "mount")
                                      + (() if limits.network else ("network",))]},

@@ -109,6 +109,9 @@ class LayerStore:
         root = Path(root) if root is not None else default_store_dir()
         for sub in ("l", "ws"):
             (root / sub).mkdir(parents=True, exist_ok=True)
+        # Sandboxes run as host uid 0, so a setuid file they write in an upper dir is a
+        # setuid-root binary on the host: no other user may reach into the store.
+        root.chmod(0o700)
         self.root = root.resolve()  # layer paths are compared, so no symlinks in them
         self.layers_dir = self.root / "l"
         self.ws_dir = self.root / "ws"
@@ -220,6 +223,8 @@ class _Exec:
     """`exec`/`aexec` for both workspace kinds: the backend builds the launch, limits.py runs it."""
 
     root: Path
+    readonly_paths: tuple[str, ...] = ()
+    """Paths (relative to `root`) that commands see read-only and host-side tools must not write."""
     _backend: "OverlayBackend"
     _running: set[Callable[[], None]]
 
@@ -230,14 +235,14 @@ class _Exec:
              env: dict[str, str] | None = None, stdin: bytes | None = None) -> ExecResult:
         self._check_open()
         limits = limits or Limits()
-        spec = self._backend.launch_spec(self.root, cmd, limits, cwd, env)
+        spec = self._backend.launch_spec(self.root, cmd, limits, cwd, env, self.readonly_paths)
         return limits_mod.run(spec, limits, stdin, running=self._running)
 
     async def aexec(self, cmd: Sequence[str] | str, *, limits: Limits | None = None, cwd: str = ".",
                     env: dict[str, str] | None = None, stdin: bytes | None = None) -> ExecResult:
         self._check_open()
         limits = limits or Limits()
-        spec = self._backend.launch_spec(self.root, cmd, limits, cwd, env)
+        spec = self._backend.launch_spec(self.root, cmd, limits, cwd, env, self.readonly_paths)
         return await limits_mod.arun(spec, limits, stdin, running=self._running)
 
     def _kill_running(self) -> None:
@@ -362,18 +367,62 @@ class OverlayWorkspace(_Exec):
         return f"OverlayWorkspace({self.root})"
 
 
+def protected_paths(root: Path) -> tuple[str, ...]:
+    """What of a user's checkout a command must not write: where it could plant code that
+    runs later, outside any sandbox, as whoever runs it there.
+
+    `.git` (a dir, or a worktree's `gitdir:` file): hooks and config such as
+    `core.fsmonitor` run on the user's next `git status`. Top-level virtualenvs (any dir
+    holding pyvenv.cfg): `.pth` files and scripts run with the user's python. Symlinks are
+    not protected (a bind would follow them); see the threat model for what is left.
+    """
+    found = []
+    with os.scandir(root) as it:
+        for entry in it:
+            if entry.is_symlink():
+                continue
+            if entry.name == ".git" or (entry.is_dir() and os.path.lexists(os.path.join(entry.path, "pyvenv.cfg"))):
+                found.append(entry.name)
+    return tuple(sorted(found))
+
+
+# A file's ctime comes from the kernel's coarse clock, up to a tick (<= 10 ms) behind
+# time.time_ns(): files changed in the 0.1 s before an exec are checked too.
+_CTIME_SLACK_NS = 100_000_000
+
+
 class InPlaceWorkspace(_Exec):
     """A workspace whose root IS a host directory: commands see it read-write at /workspace.
 
     For one-off tool calls on a user's checkout (`opencomposer tool call --workspace DIR`).
-    There is no base to diff or snapshot against, so those raise.
+    There is no base to diff or snapshot against, so those raise. `readonly_paths`
+    (`protected_paths`) are mounted read-only over the read-write root, and after every
+    exec, when its processes are gone, setuid/setgid bits are cleared on the files it
+    created or changed (a walk of the whole tree: ~30 ms per 10,000 files).
     """
 
     def __init__(self, backend: "OverlayBackend", path: Path):
         self._backend = backend
         self.root = path
         self.image = OverlayImage(backend, (path,))
+        self.readonly_paths = protected_paths(path)
         self._running: set[Callable[[], None]] = set()
+
+    def exec(self, cmd: Sequence[str] | str, *, limits: Limits | None = None, cwd: str = ".",
+             env: dict[str, str] | None = None, stdin: bytes | None = None) -> ExecResult:
+        since = time.time_ns() - _CTIME_SLACK_NS
+        try:
+            return super().exec(cmd, limits=limits, cwd=cwd, env=env, stdin=stdin)
+        finally:
+            strip_setid(self.root, since)
+
+    async def aexec(self, cmd: Sequence[str] | str, *, limits: Limits | None = None, cwd: str = ".",
+                    env: dict[str, str] | None = None, stdin: bytes | None = None) -> ExecResult:
+        since = time.time_ns() - _CTIME_SLACK_NS
+        try:
+            return await super().aexec(cmd, limits=limits, cwd=cwd, env=env, stdin=stdin)
+        finally:  # inline, not in a thread: a cancellation must not skip it
+            strip_setid(self.root, since)
 
     def _no_layers(self, what: str) -> SandboxError:
         return SandboxError(f"{what}() needs a copy-on-write workspace, but this one edits {self.root} "
@@ -418,7 +467,8 @@ class OverlayBackend:
         """Raise SetupError (with the install command) if the backend's binaries are missing."""
 
     def launch_spec(self, root: Path, cmd: Sequence[str] | str, limits: Limits, cwd: str,
-                    env: dict[str, str] | None) -> limits_mod.LaunchSpec:
+                    env: dict[str, str] | None, readonly: Sequence[str] = ()) -> limits_mod.LaunchSpec:
+        """How to run `cmd` over `root`, with the `readonly` paths under it mounted read-only."""
         raise NotImplementedError
 
     def image_from_dir(self, path: Path | str, *, copy: bool = False) -> OverlayImage:
