@@ -458,6 +458,7 @@ class OverlayBackend:
 
     def __init__(self, store_dir: Path | str | None = None):
         self.check()
+        limits_mod.exit_on_signals()  # a SIGTERM'd process must still unmount and kill its sandboxes
         self.store = LayerStore(store_dir)
         if self.store.root not in _collected:  # once per process: what crashed runs left behind
             _collected.add(self.store.root)
