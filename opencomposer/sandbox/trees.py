@@ -13,9 +13,9 @@ walks it as root. Both walks here therefore
 
 `remove_tree` is what every sandbox-written tree (workspace dirs, layers, runsc state)
 goes through; use it too for trees a sandbox wrote that the host deletes elsewhere
-(e.g. a task grader's workspace surgery). It does not cross into other file systems, so
-a mount left under a workspace (an overlay `merged` dir that would not unmount) keeps
-its contents, and whatever is behind it is never deleted through it.
+(e.g. a task grader's workspace surgery). It never enters a mount point (bind mounts of
+the same file system included), so a mount left under a workspace (an overlay `merged`
+dir that would not unmount, a bind someone made) keeps what is behind it.
 
 `strip_setid` runs after each exec in an in-place workspace (a user's own checkout): a
 setuid-root file written there would run as root the next time the user runs it.
