@@ -26,7 +26,8 @@ Threat model: the code in the sandbox is *untrusted but not targeted*: model-wri
 commands that may be buggy, greedy or (through reward hacking) try to read the answers,
 tamper with the grader or escape. We assume a stock Linux kernel without exploitable bugs.
 
-What is covered (each has an adversarial test in tests/sandbox/test_isolation.py):
+What is covered (each has an adversarial test in tests/sandbox: test_isolation.py for
+bwrap, test_gvisor.py, test_trees.py, test_in_place.py, test_sandbox_cli.py):
 - secrets: nothing of the host file system is visible except /usr, a curated read-only
   /etc (no shadow, ssh keys, ssl/private, pip/npm credentials) and the workspace; no /root,
   /home, host /tmp, /var, /sys, /run. (Keeping hidden tests out of an image's layers is
@@ -37,9 +38,27 @@ What is covered (each has an adversarial test in tests/sandbox/test_isolation.py
 - writes: only /workspace (a copy-on-write overlay; the image's layers and the host dir
   behind `sandbox exec` are never modified; `workspace_in_place` is the one, explicit,
   exception) and a private /tmp are writable; / and system dirs are read-only mounts.
+- host kernel settings: the sandbox's uid 0 is the host's, and procfs lets uid 0 write
+  sysctls (core_pattern pointed at a workspace file would run it as host root at the next
+  crash). bwrap binds /proc/sys, /proc/sysrq-trigger, /proc/fs, /proc/acpi (and bwrap
+  itself /proc/irq, /proc/bus) read-only and masks /proc/kallsyms, keys, timer_list,
+  kcore, sched_debug with /dev/null; the mounts cannot be undone (no mount syscalls, no
+  capabilities) and cover every path to them (/proc/self/root, /proc/1/root...). gVisor
+  serves its own /proc/sys, which refuses these writes.
+- in-place workspaces (a user's checkout, where what a command leaves runs later outside
+  any sandbox): `.git` and top-level virtualenvs (`readonly_paths`) are mounted read-only,
+  so git hooks/config (`core.fsmonitor`) and `.pth` files cannot be planted; after every
+  exec, setuid/setgid bits are cleared from the files it created or changed. The overlay
+  store is mode 0700: setuid-root files in upper dirs are out of other host users' reach.
+- cleanup: whatever tree a sandbox leaves (any depth, mode-000 dirs, fifos, sockets,
+  immutable files, symlinks out, mount points) is removed without following a link or
+  entering a mount (trees.remove_tree); gc never fails on it (it logs, and retries next
+  time), and a CLI result is printed even when cleanup fails. SIGTERM, SIGHUP and SIGINT
+  to a process using the backends kill its sandboxes and clean up before it exits.
 - processes: a new pid namespace (the sandbox sees only its own processes), a per-exec
   cgroup (or process group) that is killed when the exec returns, so daemons, orphans and
-  timed-out trees do not survive; `--die-with-parent` if the caller dies.
+  timed-out trees do not survive; `--die-with-parent` if the caller dies (SIGKILL: its
+  mounts, dirs, cgroups and any runsc processes then wait for the next gc).
 - resources: wall time, memory (oom_killed reported), pids (fork bombs), file size and
   output size (floods are truncated, never hang the caller).
 - devices: a minimal /dev (null, zero, full, random, urandom, tty, pts, shm); no disks,
@@ -63,7 +82,24 @@ What is NOT covered:
 - /usr is the host's, /usr/local included: whatever is installed there is readable (but
   not writable); the bwrap init's command line (host store paths) is visible in /proc/1.
 - the sandboxed processes run as host uid 0 inside a user namespace: they own the
-  workspace files, and a kernel bug that escapes the namespaces would give root.
+  workspace files, and a kernel bug that escapes the namespaces would give root. Mapping
+  them to an unprivileged host uid would leave them unable to write the root-owned layers
+  and checkouts they work on. So any host interface that checks only "uid 0" and not a
+  capability is a hole unless it is out of reach: read-only /proc/sys closes the procfs
+  ones (the values stay readable: pid_max, core_pattern, kernel version), nothing else of
+  the host is mounted writable, but a future kernel interface of that kind would need the
+  same treatment.
+- in-place workspaces, beyond `readonly_paths`: nested `.git` (a submodule's `gitdir:`
+  file can be redirected, and `git status` recurses into submodules), virtualenvs below
+  the top level, a `.git` or virtualenv the command creates (`git init` with an
+  fsmonitor), a `.git` that is a symlink, and every other file that runs code later
+  (Makefile, setup.py, tests, .envrc, .vscode/tasks.json, pre-commit config): the tree is
+  writable by design, so review what a command changed. A setuid file exists from the
+  moment the command makes it until the exec returns (other users who can reach the
+  checkout could run it then), and "changed by the exec" is read from ctime, which a
+  network file system with a skewed server clock (> 0.1 s) can get wrong.
+- `diff()` of a workspace with paths longer than PATH_MAX fails (OSError): diff.py walks
+  by path.
 - gVisor (Debian's 2022 runsc): its pids and file-size limits are enforced by gVisor's own
   rlimits, its memory limit by the host cgroup around the whole sandbox; Debian 12's
   coreutils `ls -l`/`stat` fail there (statx with AT_NO_AUTOMOUNT is rejected by that

@@ -75,6 +75,9 @@ class Workspace(Protocol):
     """Host path of the merged, writable tree. Tools edit files here; commands see it at /workspace."""
     image: Image
     """The image this workspace was created over (its base for `diff()`)."""
+    readonly_paths: tuple[str, ...]
+    """Paths relative to `root` that commands see read-only and host-side tools must not write
+    (an in-place workspace's `.git` and virtualenvs; `()` for copy-on-write workspaces)."""
 
     def exec(self, cmd: Sequence[str] | str, *, limits: Limits | None = None, cwd: str = ".",
              env: dict[str, str] | None = None, stdin: bytes | None = None) -> ExecResult:

@@ -13,11 +13,19 @@ namespaces; see BLOCKED_SYSCALLS_X86_64). The sandbox's file system is built fro
                 passwd/group/hosts/nsswitch.conf/profile; never shadow, ssh, ssl/private
     /workspace  the workspace root, read-write (the only persistent writable path)
     /tmp        private tmpfs, sized to the memory limit
-    /proc       fresh procfs of the new pid namespace (only the sandbox's own processes)
+    /proc       fresh procfs of the new pid namespace (only the sandbox's own processes);
+                /proc/sys and the other kernel-writable entries read-only, kernel
+                address and key listings masked (see PROC_READONLY, PROC_MASKED)
     /dev        minimal: null, zero, full, random, urandom, tty, pts, shm
     /           read-only tmpfs; nothing else of the host (no /root, /home, host /tmp, /var, /sys)
 
 The environment is cleared and set to a small PATH/HOME/LANG plus what the caller passes.
+
+The sandbox's uid 0 is the host's uid 0 (bwrap run by root maps `0 0 1`): without
+capabilities it cannot mount, load modules or bypass permission checks, but it still owns
+every root-owned file it can reach, and procfs lets the owner of /proc/sys/* write host
+kernel settings (core_pattern would run a file of our choosing as host root on the next
+crash). So what procfs exposes for writing is covered by read-only binds.
 """
 
 from __future__ import annotations
@@ -37,6 +45,7 @@ from opencomposer.errors import SandboxError, SetupError
 from opencomposer.sandbox.base import WORKSPACE_MOUNT, Limits
 from opencomposer.sandbox.layers import OverlayBackend
 from opencomposer.sandbox.limits import LaunchSpec
+from opencomposer.sandbox.trees import remove_tree
 
 BASE_ENV = {
     "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
@@ -90,7 +99,7 @@ def build_etc(store_root: Path) -> Path:
     try:
         tmp.rename(target)
     except OSError:  # another process built it first
-        shutil.rmtree(tmp, ignore_errors=True)
+        remove_tree(tmp)
     return target
 
 
@@ -146,6 +155,35 @@ def write_seccomp(store_root: Path) -> Path | None:
     return path
 
 
+PROC_READONLY = ("sys", "sysrq-trigger", "fs", "acpi", "asound", "scsi")
+"""/proc entries that write to the host kernel (sysctls, sysrq, nfsd, ACPI wakeup, sound and
+SCSI drivers) and check only that the writer is uid 0: bound read-only over the fresh procfs.
+runc's readonlyPaths plus the dirs it masks; /proc/irq and /proc/bus (also on its list)
+bwrap binds read-only itself. It does so for /proc/sys too, but only if access(W_OK) on
+the directory succeeds, and /proc/sys is mode 0555 while its files are 0644: it never does."""
+
+PROC_MASKED = ("kcore", "keys", "timer_list", "kallsyms", "sched_debug", "latency_stats", "timer_stats")
+"""/proc files that describe the host kernel (memory image, every key's description, kernel
+symbol addresses, timers and scheduler state of all host processes): /dev/null over them."""
+
+
+def _proc_covers() -> list[str]:
+    """bwrap args for PROC_READONLY and PROC_MASKED, for the entries this kernel has.
+
+    The read-only sources come from the host's procfs: /proc/sys (and the others) are one
+    tree per kernel, whose sysctls resolve per namespace of the reader (the sandbox's own
+    net/ipc/uts values), so the bind shows the sandbox what its own procfs would.
+    """
+    args = []
+    for name in PROC_READONLY:
+        if os.path.lexists(f"/proc/{name}"):
+            args += ["--ro-bind", f"/proc/{name}", f"/proc/{name}"]
+    for name in PROC_MASKED:
+        if os.path.lexists(f"/proc/{name}"):
+            args += ["--ro-bind", "/dev/null", f"/proc/{name}"]
+    return args
+
+
 def _root_links() -> list[str]:
     """/bin, /lib, /lib64, /sbin as the host has them (symlinks into /usr on merged-usr systems)."""
     args = []
@@ -184,7 +222,7 @@ class BwrapBackend(OverlayBackend):
             "--unshare-cgroup-try", "--disable-userns", "--cap-drop", "ALL",
             "--die-with-parent", "--new-session", "--hostname", "sandbox",
             "--ro-bind", "/usr", "/usr", *_root_links(), "--ro-bind", str(self.etc), "/etc",
-            "--proc", "/proc", "--dev", "/dev",
+            "--proc", "/proc", *_proc_covers(), "--dev", "/dev",
         ]
         if self.seccomp is not None:
             self._fixed += ["--seccomp", str(SECCOMP_FD)]
@@ -195,13 +233,14 @@ class BwrapBackend(OverlayBackend):
                              "(or `make setup`)")
 
     def launch_spec(self, root: Path, cmd: Sequence[str] | str, limits: Limits, cwd: str,
-                    env: dict[str, str] | None) -> LaunchSpec:
+                    env: dict[str, str] | None, readonly: Sequence[str] = ()) -> LaunchSpec:
         argv = list(self._fixed)
         if not limits.network:
             argv.append("--unshare-net")
-        argv += ["--size", str(limits.memory_mb << 20), "--tmpfs", "/tmp",
-                 "--bind", str(root), WORKSPACE_MOUNT, "--remount-ro", "/",
-                 "--chdir", sandbox_cwd(cwd), "--clearenv"]
+        argv += ["--size", str(limits.memory_mb << 20), "--tmpfs", "/tmp", "--bind", str(root), WORKSPACE_MOUNT]
+        for rel in readonly:  # over the read-write bind: a mount point cannot be renamed or removed either
+            argv += ["--ro-bind", str(root / rel), f"{WORKSPACE_MOUNT}/{rel}"]
+        argv += ["--remount-ro", "/", "--chdir", sandbox_cwd(cwd), "--clearenv"]
         for key, value in {**BASE_ENV, **(env or {})}.items():
             argv += ["--setenv", key, value]
         return LaunchSpec(argv=[*argv, "--", *command_argv(cmd)], env=dict(BASE_ENV),

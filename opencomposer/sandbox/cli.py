@@ -8,7 +8,9 @@ modified: it is the read-only lowest layer, writes go to a throwaway upper dir).
 `--json` it prints one object: exit_code (int or null), stdout, stderr, timed_out,
 oom_killed, duration_s. Without it, the command's stdout/stderr pass through and the exit
 status is the command's (124 on timeout, 137 when out of memory, 125 when the sandbox
-itself could not be set up).
+itself could not be set up). A failure to clean up after the command is a warning on
+stderr. SIGTERM, SIGHUP or SIGINT to this process kill the sandbox and clean up before it
+exits (with 128 + the signal's number).
 """
 
 from __future__ import annotations
@@ -50,7 +52,7 @@ def exec_(
         try:
             result = ws.exec(cmd, limits=limits, cwd=cwd)
         finally:
-            ws.close()
+            _close(ws)
     except OpenComposerError as e:
         typer.echo(f"sandbox: {e}", err=True)
         raise typer.Exit(EXIT_SETUP)
@@ -68,6 +70,14 @@ def exec_(
         typer.echo(f"sandbox: out of memory (limit {memory_mb} MB)", err=True)
         raise typer.Exit(EXIT_OOM)
     raise typer.Exit(result.exit_code or 0)
+
+
+def _close(ws) -> None:
+    """Close the workspace; if that fails the command still ran, so its result is still printed."""
+    try:
+        ws.close()
+    except OpenComposerError as e:
+        typer.echo(f"sandbox: warning: cleanup failed, `opencomposer sandbox gc` will retry: {e}", err=True)
 
 
 @app.command("gc")

@@ -26,18 +26,21 @@ cat and plain `ls` of the cwd work. `Limits.network=True` maps to `--network=hos
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 from pathlib import Path
 from typing import Sequence
 
-from opencomposer.errors import SetupError
+from opencomposer.errors import SandboxError, SetupError
 from opencomposer.sandbox.base import WORKSPACE_MOUNT, Limits
 from opencomposer.sandbox.bwrap import BASE_ENV, build_etc, command_argv, sandbox_cwd
 from opencomposer.sandbox.layers import OverlayBackend
 from opencomposer.sandbox.limits import LaunchSpec
+from opencomposer.sandbox.trees import remove_tree
 
 _ROOT_LINKS = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
+log = logging.getLogger(__name__)
 
 
 def _rootfs(store_root: Path) -> Path:
@@ -68,7 +71,7 @@ class GVisorBackend(OverlayBackend):
         if shutil.which("runsc") is None:
             raise SetupError("gVisor is not installed: run `apt-get install -y runsc` (or `make setup`)")
 
-    def _mounts(self, root: Path, limits: Limits) -> list[dict]:
+    def _mounts(self, root: Path, limits: Limits, readonly: Sequence[str]) -> list[dict]:
         mounts = [
             {"destination": "/proc", "type": "proc", "source": "proc"},
             {"destination": "/tmp", "type": "tmpfs", "source": "tmpfs",
@@ -77,6 +80,8 @@ class GVisorBackend(OverlayBackend):
             {"destination": "/etc", "type": "bind", "source": str(self.etc), "options": ["rbind", "ro"]},
             {"destination": WORKSPACE_MOUNT, "type": "bind", "source": str(root), "options": ["rbind", "rw"]},
         ]
+        mounts += [{"destination": f"{WORKSPACE_MOUNT}/{rel}", "type": "bind", "source": str(root / rel),
+                    "options": ["rbind", "ro"]} for rel in readonly]  # after (over) the workspace
         for name in _ROOT_LINKS:  # hosts without merged /usr have real dirs here
             if os.path.isdir(f"/{name}") and not os.path.islink(f"/{name}"):
                 mounts.append({"destination": f"/{name}", "type": "bind", "source": f"/{name}",
@@ -84,7 +89,7 @@ class GVisorBackend(OverlayBackend):
         return mounts
 
     def launch_spec(self, root: Path, cmd: Sequence[str] | str, limits: Limits, cwd: str,
-                    env: dict[str, str] | None) -> LaunchSpec:
+                    env: dict[str, str] | None, readonly: Sequence[str] = ()) -> LaunchSpec:
         bundle = self.store.new_dir(self.run_dir)
         config = {
             "ociVersion": "1.0.2",
@@ -104,7 +109,7 @@ class GVisorBackend(OverlayBackend):
             },
             "root": {"path": str(self.rootfs), "readonly": True},
             "hostname": "sandbox",
-            "mounts": self._mounts(root, limits),
+            "mounts": self._mounts(root, limits, readonly),
             # a "network" namespace entry would give even --network=host a fresh, empty netns
             "linux": {"namespaces": [{"type": t} for t in ("pid", "ipc", "uts", "mount")
                                      + (() if limits.network else ("network",))]},
@@ -115,4 +120,12 @@ class GVisorBackend(OverlayBackend):
                 "run", "--bundle", str(bundle), f"oc-{bundle.name}"]
         return LaunchSpec(argv=argv, env={"PATH": BASE_ENV["PATH"]}, cgroup_pids=False,
                           rlimit_as=False, rlimit_fsize=False,
-                          cleanup=lambda: shutil.rmtree(bundle, ignore_errors=True))
+                          cleanup=lambda: _remove_bundle(bundle))
+
+
+def _remove_bundle(bundle: Path) -> None:
+    """After the exec: its result matters more than a leftover state dir, which gc removes later."""
+    try:
+        remove_tree(bundle)
+    except SandboxError as e:
+        log.warning("sandbox: %s", e)

@@ -36,11 +36,12 @@ from __future__ import annotations
 import ctypes
 import errno
 import itertools
+import logging
 import os
 import re
-import shutil
 import subprocess
 import threading
+import time
 import weakref
 from pathlib import Path
 from typing import Callable, Sequence
@@ -49,11 +50,13 @@ from opencomposer.errors import SandboxError
 from opencomposer.sandbox import limits as limits_mod
 from opencomposer.sandbox.base import ExecResult, Limits
 from opencomposer.sandbox.diff import DIFF_EXCLUDE, layer_diff
+from opencomposer.sandbox.trees import remove_tree, strip_setid
 
 DEFAULT_STORE = "/var/tmp/opencomposer/sandbox"
 _MS_NOSUID, _MS_NODEV, _MS_RDONLY, _MNT_DETACH = 2, 4, 1, 2
 _libc = ctypes.CDLL(None, use_errno=True)
 _ids = itertools.count()
+log = logging.getLogger(__name__)
 
 
 def default_store_dir() -> Path:
@@ -106,6 +109,9 @@ class LayerStore:
         root = Path(root) if root is not None else default_store_dir()
         for sub in ("l", "ws"):
             (root / sub).mkdir(parents=True, exist_ok=True)
+        # Sandboxes run as host uid 0, so a setuid file they write in an upper dir is a
+        # setuid-root binary on the host: no other user may reach into the store.
+        root.chmod(0o700)
         self.root = root.resolve()  # layer paths are compared, so no symlinks in them
         self.layers_dir = self.root / "l"
         self.ws_dir = self.root / "ws"
@@ -140,7 +146,10 @@ class LayerStore:
                         del self._refs[layer]
                         dead.append(layer)
         for layer in dead:
-            shutil.rmtree(layer, ignore_errors=True)
+            try:
+                remove_tree(layer)
+            except SandboxError as e:  # named <pid>.<n>: gc retries once this process is gone
+                log.warning("sandbox: %s", e)
 
 
 def mounts_under(prefix: Path) -> list[Path]:
@@ -159,6 +168,9 @@ def gc(store_dir: Path | str | None = None, everything: bool = False) -> dict[st
 
     Entries are named `<pid>.<n>`; those whose pid is dead (or all, with `everything=True`,
     which must only be used when no sandbox is running) are removed. Returns what was removed.
+    Never raises on what it finds: a sandbox may have left anything in its dirs, and every
+    backend start runs this, so an entry that cannot be removed is logged and left for the
+    next gc.
     """
     root = Path(store_dir) if store_dir is not None else default_store_dir()
     removed: dict[str, list[str]] = {"mounts": [], "dirs": [], "cgroups": []}
@@ -169,15 +181,21 @@ def gc(store_dir: Path | str | None = None, everything: bool = False) -> dict[st
 
     for point in mounts_under(root / "ws"):
         if stale(point.relative_to(root / "ws").parts[0]):
-            umount(point, lazy=True)
-            removed["mounts"].append(str(point))
+            try:
+                umount(point, lazy=True)
+                removed["mounts"].append(str(point))
+            except SandboxError as e:
+                log.warning("sandbox gc: %s", e)
     for sub in ("ws", "l", "run"):
         if not (root / sub).is_dir():
             continue
         for d in (root / sub).iterdir():
             if stale(d.name):
-                shutil.rmtree(d, ignore_errors=True)
-                removed["dirs"].append(str(d))
+                try:
+                    remove_tree(d)
+                    removed["dirs"].append(str(d))
+                except (SandboxError, OSError) as e:
+                    log.warning("sandbox gc: %s", e)
     removed["cgroups"] = limits_mod.remove_stale_cgroups()
     return removed
 
@@ -205,6 +223,8 @@ class _Exec:
     """`exec`/`aexec` for both workspace kinds: the backend builds the launch, limits.py runs it."""
 
     root: Path
+    readonly_paths: tuple[str, ...] = ()
+    """Paths (relative to `root`) that commands see read-only and host-side tools must not write."""
     _backend: "OverlayBackend"
     _running: set[Callable[[], None]]
 
@@ -215,14 +235,14 @@ class _Exec:
              env: dict[str, str] | None = None, stdin: bytes | None = None) -> ExecResult:
         self._check_open()
         limits = limits or Limits()
-        spec = self._backend.launch_spec(self.root, cmd, limits, cwd, env)
+        spec = self._backend.launch_spec(self.root, cmd, limits, cwd, env, self.readonly_paths)
         return limits_mod.run(spec, limits, stdin, running=self._running)
 
     async def aexec(self, cmd: Sequence[str] | str, *, limits: Limits | None = None, cwd: str = ".",
                     env: dict[str, str] | None = None, stdin: bytes | None = None) -> ExecResult:
         self._check_open()
         limits = limits or Limits()
-        spec = self._backend.launch_spec(self.root, cmd, limits, cwd, env)
+        spec = self._backend.launch_spec(self.root, cmd, limits, cwd, env, self.readonly_paths)
         return await limits_mod.arun(spec, limits, stdin, running=self._running)
 
     def _kill_running(self) -> None:
@@ -231,11 +251,23 @@ class _Exec:
 
 
 def _close_workspace(store: LayerStore, wsdir: Path, held: list[Path]) -> None:
-    for point in mounts_under(wsdir):
-        umount(point)
-    shutil.rmtree(wsdir, ignore_errors=True)
-    store.release(held)
-    held.clear()
+    """Unmount, delete the workspace dir, release its layers: each step even if one before failed."""
+    errors = []
+    try:
+        for point in mounts_under(wsdir):
+            try:
+                umount(point)
+            except SandboxError as e:
+                errors.append(str(e))
+        try:
+            remove_tree(wsdir)
+        except SandboxError as e:
+            errors.append(str(e))
+    finally:
+        store.release(held)
+        held.clear()
+    if errors:
+        raise SandboxError("; ".join(errors))
 
 
 class OverlayWorkspace(_Exec):
@@ -315,6 +347,10 @@ class OverlayWorkspace(_Exec):
             umount(view)
 
     def close(self) -> None:
+        """Kill running commands, unmount, delete the workspace dir, release layers. Idempotent.
+
+        Raises SandboxError if part of the dir could not be removed (everything else is
+        done; `gc` retries once this process is gone)."""
         if self._closed:
             return
         self._closed = True
@@ -331,18 +367,62 @@ class OverlayWorkspace(_Exec):
         return f"OverlayWorkspace({self.root})"
 
 
+def protected_paths(root: Path) -> tuple[str, ...]:
+    """What of a user's checkout a command must not write: where it could plant code that
+    runs later, outside any sandbox, as whoever runs it there.
+
+    `.git` (a dir, or a worktree's `gitdir:` file): hooks and config such as
+    `core.fsmonitor` run on the user's next `git status`. Top-level virtualenvs (any dir
+    holding pyvenv.cfg): `.pth` files and scripts run with the user's python. Symlinks are
+    not protected (a bind would follow them); see the threat model for what is left.
+    """
+    found = []
+    with os.scandir(root) as it:
+        for entry in it:
+            if entry.is_symlink():
+                continue
+            if entry.name == ".git" or (entry.is_dir() and os.path.lexists(os.path.join(entry.path, "pyvenv.cfg"))):
+                found.append(entry.name)
+    return tuple(sorted(found))
+
+
+# A file's ctime comes from the kernel's coarse clock, up to a tick (<= 10 ms) behind
+# time.time_ns(): files changed in the 0.1 s before an exec are checked too.
+_CTIME_SLACK_NS = 100_000_000
+
+
 class InPlaceWorkspace(_Exec):
     """A workspace whose root IS a host directory: commands see it read-write at /workspace.
 
     For one-off tool calls on a user's checkout (`opencomposer tool call --workspace DIR`).
-    There is no base to diff or snapshot against, so those raise.
+    There is no base to diff or snapshot against, so those raise. `readonly_paths`
+    (`protected_paths`) are mounted read-only over the read-write root, and after every
+    exec, when its processes are gone, setuid/setgid bits are cleared on the files it
+    created or changed (a walk of the whole tree: ~30 ms per 10,000 files).
     """
 
     def __init__(self, backend: "OverlayBackend", path: Path):
         self._backend = backend
         self.root = path
         self.image = OverlayImage(backend, (path,))
+        self.readonly_paths = protected_paths(path)
         self._running: set[Callable[[], None]] = set()
+
+    def exec(self, cmd: Sequence[str] | str, *, limits: Limits | None = None, cwd: str = ".",
+             env: dict[str, str] | None = None, stdin: bytes | None = None) -> ExecResult:
+        since = time.time_ns() - _CTIME_SLACK_NS
+        try:
+            return super().exec(cmd, limits=limits, cwd=cwd, env=env, stdin=stdin)
+        finally:
+            strip_setid(self.root, since)
+
+    async def aexec(self, cmd: Sequence[str] | str, *, limits: Limits | None = None, cwd: str = ".",
+                    env: dict[str, str] | None = None, stdin: bytes | None = None) -> ExecResult:
+        since = time.time_ns() - _CTIME_SLACK_NS
+        try:
+            return await super().aexec(cmd, limits=limits, cwd=cwd, env=env, stdin=stdin)
+        finally:  # inline, not in a thread: a cancellation must not skip it
+            strip_setid(self.root, since)
 
     def _no_layers(self, what: str) -> SandboxError:
         return SandboxError(f"{what}() needs a copy-on-write workspace, but this one edits {self.root} "
@@ -378,6 +458,7 @@ class OverlayBackend:
 
     def __init__(self, store_dir: Path | str | None = None):
         self.check()
+        limits_mod.exit_on_signals()  # a SIGTERM'd process must still unmount and kill its sandboxes
         self.store = LayerStore(store_dir)
         if self.store.root not in _collected:  # once per process: what crashed runs left behind
             _collected.add(self.store.root)
@@ -387,7 +468,8 @@ class OverlayBackend:
         """Raise SetupError (with the install command) if the backend's binaries are missing."""
 
     def launch_spec(self, root: Path, cmd: Sequence[str] | str, limits: Limits, cwd: str,
-                    env: dict[str, str] | None) -> limits_mod.LaunchSpec:
+                    env: dict[str, str] | None, readonly: Sequence[str] = ()) -> limits_mod.LaunchSpec:
+        """How to run `cmd` over `root`, with the `readonly` paths under it mounted read-only."""
         raise NotImplementedError
 
     def image_from_dir(self, path: Path | str, *, copy: bool = False) -> OverlayImage:
@@ -403,7 +485,7 @@ class OverlayBackend:
         proc = subprocess.run(["cp", "-a", "--reflink=auto", f"{src}/.", str(layer)],
                               capture_output=True, text=True)
         if proc.returncode != 0:
-            shutil.rmtree(layer, ignore_errors=True)
+            remove_tree(layer)
             raise SandboxError(f"copying {src} into the layer store failed: {proc.stderr.strip()}")
         return OverlayImage(self, (layer,))
 

@@ -39,6 +39,7 @@ import selectors
 import shlex
 import signal
 import subprocess
+import threading
 import time
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -239,7 +240,11 @@ def remove_stale_cgroups() -> list[str]:
         for d in parent.iterdir():
             if not d.is_dir() or _pid_alive(d.name.split(".")[0]):
                 continue
-            for pid in (int(x) for x in (d / "cgroup.procs").read_text().split()):
+            try:
+                pids = [int(x) for x in (d / "cgroup.procs").read_text().split()]
+            except OSError:  # removed meanwhile (its owner's own cleanup, or another gc)
+                continue
+            for pid in pids:
                 try:
                     os.kill(pid, signal.SIGKILL)
                 except ProcessLookupError:
@@ -256,6 +261,49 @@ def remove_stale_cgroups() -> list[str]:
 
 def _pid_alive(pid: str) -> bool:
     return pid.isdigit() and Path(f"/proc/{pid}").exists()
+
+
+# ---------------------------------------------------------------- signals
+
+_UNWIND_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
+_installed_in: int | None = None
+_unwinding = False
+
+
+def exit_on_signals() -> None:
+    """Make SIGTERM and SIGHUP unwind this process (SystemExit(128 + signal)) instead of
+    ending it on the spot, and a second SIGINT not cut short what the first started.
+
+    A process ended by a signal's default action runs no `finally`, no `with` exit and no
+    atexit hook: the exec's cgroup, the workspace's overlay mount and dir, and gVisor's
+    runsc processes would stay until the next gc. Unwinding, the running exec kills its
+    sandbox and releases its cgroup (`run`), the caller's `close()` runs, and the
+    workspaces' finalizers close the rest at exit. Only default dispositions are replaced
+    (a program with handlers of its own keeps them), and only from the main thread, where
+    Python runs handlers. Further signals while unwinding are ignored: cleanup takes ms.
+    """
+    global _installed_in
+    if _installed_in == os.getpid() or threading.current_thread() is not threading.main_thread():
+        return
+    _installed_in = os.getpid()
+    for signum in _UNWIND_SIGNALS:
+        default = signal.default_int_handler if signum == signal.SIGINT else signal.SIG_DFL
+        if signal.getsignal(signum) is default:
+            signal.signal(signum, _unwind)
+
+
+def _unwind(signum: int, frame: object) -> None:
+    global _unwinding
+    if os.getpid() != _installed_in:  # a forked child that never asked for this: die as before
+        signal.signal(signum, signal.default_int_handler if signum == signal.SIGINT else signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+        return
+    if _unwinding:
+        return
+    _unwinding = True
+    if signum == signal.SIGINT:
+        raise KeyboardInterrupt
+    raise SystemExit(128 + signum)
 
 
 # ---------------------------------------------------------------- launch
@@ -327,8 +375,8 @@ def _kill_tree(prep: _Prepared, pid: int) -> None:
         prep.cgroup.kill_all()
 
 
-def _finish(prep: _Prepared, returncode: int | None, out: bytes, err: bytes, timed_out: bool,
-            truncated: bool) -> ExecResult:
+def _release(prep: _Prepared) -> bool:
+    """Kill what is left in the exec's cgroup, remove it, run the backend's cleanup. True if OOM-killed."""
     oom = False
     try:
         if prep.cgroup is not None:
@@ -338,6 +386,12 @@ def _finish(prep: _Prepared, returncode: int | None, out: bytes, err: bytes, tim
     finally:
         if prep.spec.cleanup is not None:
             prep.spec.cleanup()
+    return oom
+
+
+def _finish(prep: _Prepared, returncode: int | None, out: bytes, err: bytes, timed_out: bool,
+            truncated: bool) -> ExecResult:
+    oom = _release(prep)
     code = returncode
     if timed_out or (oom and code in (137, -9)):
         code = None
@@ -432,8 +486,10 @@ def run(spec: LaunchSpec, limits: Limits, stdin: bytes | None = None,
                 else:
                     sel.unregister(key.fileobj)
                     streams -= 1
-    except BaseException:
+    except BaseException:  # interrupted (a signal, see exit_on_signals): nothing may outlive us
         _kill_tree(prep, proc.pid)
+        proc.wait()
+        _release(prep)
         raise
     finally:
         sel.close()

@@ -97,10 +97,12 @@ class WorkspacePool:
     async def release(self, ws: Workspace) -> None:
         """Close a leased workspace (in a thread: deleting a big upper dir takes a while) and
         wake one waiting acquirer."""
-        await asyncio.to_thread(ws.close)
-        async with self._changed:
-            self._leased.discard(ws)
-            self._changed.notify()
+        try:
+            await asyncio.to_thread(ws.close)
+        finally:  # a close that failed (SandboxError: gc retries) still frees the slot
+            async with self._changed:
+                self._leased.discard(ws)
+                self._changed.notify()
 
     @contextlib.asynccontextmanager
     async def workspace(self, image: Image) -> AsyncIterator[Workspace]:
@@ -119,8 +121,12 @@ class WorkspacePool:
         async with self._changed:
             self._closed = True
             spaces = [*self._leased, *(w for spare in self._warm.values() for w in spare)]
-            await asyncio.gather(*(asyncio.to_thread(ws.close) for ws in spaces))
+            results = await asyncio.gather(*(asyncio.to_thread(ws.close) for ws in spaces),
+                                           return_exceptions=True)
             self._leased.clear()
             self._warm.clear()
             self._images.clear()
             self._changed.notify_all()
+        for r in results:
+            if isinstance(r, BaseException):
+                raise r

@@ -91,3 +91,19 @@ def test_memory_and_fork_bomb_limits(ws):
                    limits=Limits(pids=32, timeout_s=20))
     assert "Resource temporarily unavailable" in bomb.stderr or bomb.timed_out
     assert ws.exec(["echo", "ok"]).stdout == "ok\n"
+
+
+def test_host_kernel_settings_cannot_be_rewritten(ws):
+    sysctls = ("kernel/core_pattern", "kernel/randomize_va_space", "kernel/pid_max", "vm/overcommit_memory",
+               "fs/suid_dumpable")
+    before = {s: Path(f"/proc/sys/{s}").read_text() for s in sysctls}
+    # writes of the value read back (gVisor's own /proc/sys is served by the Sentry)
+    r = ws.exec(["sh", "-c", 'for s in "$@"; do v=$(cat /proc/sys/$s 2>/dev/null) && echo "$v" > /proc/sys/$s '
+                             '&& echo "WROTE $s"; done; echo done', "probe", *sysctls])
+    opens = ws.exec(["python3", "-c", "import os, sys\nfor p in sys.argv[1:]:\n    try:\n"
+                     "        os.close(os.open(p, os.O_WRONLY)); print('OPENED', p)\n    except OSError:\n        pass",
+                     "/proc/sys/kernel/core_pattern", "/proc/self/root/proc/sys/kernel/core_pattern",
+                     "/proc/sysrq-trigger", "/proc/sys/vm/drop_caches"])
+    assert "WROTE" not in r.stdout and r.stdout.endswith("done\n"), r.stdout
+    assert "OPENED" not in opens.stdout, opens.stdout
+    assert {s: Path(f"/proc/sys/{s}").read_text() for s in sysctls} == before

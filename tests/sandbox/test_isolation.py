@@ -166,3 +166,84 @@ def test_devices_are_minimal(ws):
     assert {"null", "zero", "urandom"} <= listing
     r = ws.exec(["sh", "-c", "ls /dev/sda /dev/vda /dev/kvm /dev/mem /sys/block 2>&1; cat /dev/vda 2>&1 | head -c 10"])
     assert r.stdout.count("No such file") >= 5
+
+
+HOST_SYSCTLS = ("kernel/core_pattern", "kernel/randomize_va_space", "kernel/pid_max", "vm/overcommit_memory",
+                "fs/suid_dumpable", "kernel/modprobe")
+"""Host-wide kernel settings the sandbox's uid 0 could write through procfs (core_pattern or
+modprobe pointed at a workspace file would run it as host root)."""
+
+# Opened for writing and closed again, never written: an open alone changes nothing.
+KERNEL_WRITABLE = ("/proc/sys/kernel/core_pattern", "/proc/sys/vm/drop_caches", "/proc/sys/kernel/sysrq",
+                   "/proc/sysrq-trigger", "/proc/irq/default_smp_affinity", "/proc/sys/net/core/somaxconn")
+
+_OPEN_FOR_WRITE = """
+import errno, os, sys
+for path in sys.argv[1:]:
+    try:
+        os.close(os.open(path, os.O_WRONLY))  # never write: the open is the test
+        print("OPENED", path)
+    except OSError as e:
+        print(errno.errorcode[e.errno], path)
+"""
+
+
+def _writable(ws, paths) -> list[str]:
+    r = ws.exec(["python3", "-c", _OPEN_FOR_WRITE, *paths])
+    lines = r.stdout.splitlines()
+    assert len(lines) == len(paths), r.stdout + r.stderr
+    assert all(line.split()[0] in ("OPENED", "EROFS", "EACCES", "EPERM", "ENOENT") for line in lines), r.stdout
+    return [line.split()[1] for line in lines if line.startswith("OPENED")]
+
+
+def test_host_kernel_settings_cannot_be_rewritten(ws):
+    present = [s for s in HOST_SYSCTLS if Path(f"/proc/sys/{s}").exists()]
+    before = {s: Path(f"/proc/sys/{s}").read_text() for s in present}
+    # writes of the value read back: a success changes nothing, but proves the hole
+    r = ws.exec(["sh", "-c", 'for s in "$@"; do v=$(cat /proc/sys/$s); echo "$v" > /proc/sys/$s && echo "WROTE $s"; done',
+                 "probe", *present])
+    assert "WROTE" not in r.stdout, r.stdout
+    assert r.stderr.count("Read-only file system") == len(present), r.stderr
+    assert {s: Path(f"/proc/sys/{s}").read_text() for s in present} == before
+
+
+def test_kernel_writable_proc_files_refuse_opening_for_write(ws):
+    present = [p for p in KERNEL_WRITABLE if Path(p).exists()]
+    pci = sorted(Path("/proc/bus/pci").rglob("*.*"))[:1]  # PCI config space, if the host has a bus
+    paths = [*present, *map(str, pci)]
+    assert len(paths) >= 4
+    assert _writable(ws, paths) == []
+
+
+def test_proc_sys_via_other_paths_is_read_only_too(ws):
+    # the same files through the sandbox's own root links and its init's (bwrap's) root
+    paths = [f"{prefix}/proc/sys/kernel/core_pattern" for prefix in ("/proc/self/root", "/proc/1/root",
+                                                                       "/proc/thread-self/root", "/proc/1/cwd/..")]
+    paths += ["/proc/1/root/proc/sys/vm/overcommit_memory", "/proc/self/cwd/../proc/sys/fs/suid_dumpable"]
+    assert _writable(ws, paths) == []
+
+
+def test_proc_stays_read_only_after_trying_to_remount_it(ws):
+    attempts = ws.exec(["sh", "-c", """
+        mount -o remount,rw /proc/sys 2>&1; mount -o remount,bind,rw /proc/sys 2>&1
+        umount /proc/sys 2>&1; umount -l /proc/sys 2>&1; mount -t proc proc /tmp 2>&1
+        unshare -Urm sh -c 'umount -l /proc/sys && echo UNMOUNTED' 2>&1
+        python3 -c '
+import ctypes; libc = ctypes.CDLL(None, use_errno=True)
+MS_REMOUNT, MS_BIND, MNT_DETACH = 32, 4096, 2
+print("mount", libc.mount(b"none", b"/proc/sys", None, MS_REMOUNT | MS_BIND, None), ctypes.get_errno())
+print("umount2", libc.umount2(b"/proc/sys", MNT_DETACH), ctypes.get_errno())
+print("fsopen", libc.syscall(430, b"proc", 0), ctypes.get_errno())
+print("open_tree", libc.syscall(428, -100, b"/proc/sys", 1), ctypes.get_errno())'
+    """])
+    assert "UNMOUNTED" not in attempts.stdout
+    for call in ("mount", "umount2", "fsopen", "open_tree"):
+        assert f"{call} -1 1\n" in attempts.stdout, attempts.stdout  # EPERM from the seccomp filter
+    assert _writable(ws, ["/proc/sys/kernel/core_pattern", "/proc/sys/kernel/pid_max"]) == []
+
+
+def test_host_kernel_listings_are_masked(ws):
+    present = [p for p in ("/proc/kallsyms", "/proc/keys", "/proc/timer_list", "/proc/kcore", "/proc/sched_debug")
+               if Path(p).exists()]
+    r = ws.exec(["sh", "-c", 'for p in "$@"; do head -c 64 "$p" 2>/dev/null | wc -c; done', "probe", *present])
+    assert present and r.stdout.split() == ["0"] * len(present), r.stdout
