@@ -16,7 +16,9 @@ refuses a binary patch without them) and both sides as zlib literals, so a patch
 or changes a binary file applies whole instead of being rejected.
 
 Left out: rename detection (a rename is a delete plus an add), empty directories (git does
-not track them), special files (fifos, devices), and quoting of unusual path names.
+not track them), special files (fifos, devices), paths longer than PATH_MAX on the host (a
+tree that deep cannot be opened by path, nor checked out by git), and quoting of unusual
+path names.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ DIFF_EXCLUDE = ("__pycache__", "*.pyc", ".pytest_cache", ".git", ".mypy_cache", 
 """Path components skipped by default: caches a test run leaves behind and git internals."""
 
 _OPAQUE = "trusted.overlay.opaque"
+_PATH_MAX = 4096
 
 
 def _is_opaque(path: Path) -> bool:
@@ -52,6 +55,8 @@ def _walk_layer(layer: Path) -> Iterator[tuple[str, os.stat_result, bool]]:
         with os.scandir(layer / rel if rel else layer) as it:
             for entry in it:
                 sub = f"{rel}/{entry.name}" if rel else entry.name
+                if len(os.fsencode(layer / sub)) >= _PATH_MAX:
+                    continue  # no system call takes this path; git could not check it out either
                 st = entry.stat(follow_symlinks=False)
                 is_dir = stat.S_ISDIR(st.st_mode)
                 yield sub, st, is_dir and _is_opaque(layer / sub)

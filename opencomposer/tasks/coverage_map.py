@@ -24,14 +24,15 @@ counts), and tests that spawn subprocesses (their coverage is not collected).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import secrets
-import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from opencomposer.errors import TaskError
+from opencomposer.errors import SandboxError, TaskError
 from opencomposer.sandbox.base import Limits
+from opencomposer.sandbox.trees import remove_tree
 from opencomposer.tasks.grade import pytest_config
 from opencomposer.tasks.task import VENV_DIR
 from opencomposer.tasks.transform import Key, Unit, function_units
@@ -155,7 +156,8 @@ def run_tests(ws, paths: list[str], pytest_args: list[str], *, cover: bool = Fal
             raise TaskError(f"running the tests ({' '.join(paths)}) {why}:\n{log}")
         data = json.loads(out.read_text())
     finally:
-        shutil.rmtree(ws.root / private, ignore_errors=True)
+        with contextlib.suppress(SandboxError):
+            remove_tree(ws.root / private)
     lines = {f: {int(k): v for k, v in ls.items()} for f, ls in data.get("files", {}).items()}
     return TestRun(data["outcomes"], data.get("tests", []), lines, data.get("failures", {}), log)
 

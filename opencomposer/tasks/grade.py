@@ -75,7 +75,6 @@ import os
 import random
 import re
 import secrets
-import shutil
 import stat
 import subprocess
 import tempfile
@@ -85,6 +84,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path, PurePosixPath
 
 from opencomposer.sandbox.base import Backend, Image, Limits
+from opencomposer.sandbox.trees import remove_tree
 from opencomposer.tasks import canary
 from opencomposer.tasks.build import default_backend, task_image
 from opencomposer.tasks.task import VENV_DIR, Task
@@ -353,7 +353,7 @@ def _remove_at(dfd: int, name: str) -> None:
     except FileNotFoundError:
         return
     if stat.S_ISDIR(st.st_mode):
-        shutil.rmtree(name, dir_fd=dfd)
+        remove_tree(name, dir_fd=dfd)
     else:
         os.unlink(name, dir_fd=dfd)
 

@@ -133,3 +133,15 @@ def test_gc_survives_what_a_sandbox_left_and_retries_later(store, project, outsi
     finally:
         umount(stuck / "mnt")
     assert gc(store)["dirs"] == [str(stuck)] and _store_entries(store) == []  # the next gc finishes
+
+
+def test_diff_of_a_workspace_with_a_tree_past_path_max_keeps_the_rest(backend, project):
+    """The agent's patch (and so its grade) survives a tree too deep to open by path."""
+    ws = backend.image_from_dir(project).workspace()
+    try:
+        assert ws.exec(["python3", "-c", DEEP, ".", "40", "b" * 200]).ok
+        assert ws.exec(["sh", "-c", "echo changed >> README.md"]).ok
+        patch = ws.diff()
+    finally:
+        ws.close()
+    assert "diff --git a/README.md b/README.md" in patch and "+changed" in patch
