@@ -88,27 +88,30 @@ def plant(path: str, source: str, rng: random.Random) -> tuple[str, list[Canary]
     """`source` of the test file at `path` with canaries appended, and the canaries."""
     names = _Names(source, rng)
     token = lambda: f"{rng.getrandbits(64):016x}"  # noqa: E731
-    pt, ut, fixture = names.helper(), names.helper(), names.helper()
+    pt, ut, bt, fixture = names.helper(), names.helper(), names.helper(), names.helper()
     n = rng.randrange(3, 40)
     fail_f, error_f, pass_f = names.function(), names.function(), names.function()
     plain, unit = names.cls(), names.cls()
     fail_c, fail_u, error_u, pass_u = (names.function() for _ in range(4))
     t = {k: token() for k in ("fail_f", "error_f", "fail_c", "fail_u", "error_u")}
+    # Only operators and our own imports: a test module may shadow builtins (toolz's tests
+    # import a curried `sorted`), and an honest canary must not depend on what it means there.
     code = f'''
 
 
+import builtins as {bt}
 import pytest as {pt}
 import unittest as {ut}
 
 
 @{pt}.fixture
 def {fixture}():
-    raise RuntimeError("{t["error_f"]}")
+    raise {bt}.RuntimeError("{t["error_f"]}")
 
 
 def {fail_f}():
     values = [{n}, {n + 1}, {n + 2}]
-    assert sum(values) == {3 * n + 4}, "{t["fail_f"]}"
+    assert values[0] + values[1] + values[2] == {3 * n + 4}, "{t["fail_f"]}"
 
 
 def {error_f}({fixture}):
@@ -116,19 +119,19 @@ def {error_f}({fixture}):
 
 
 def {pass_f}():
-    values = list(range({n}))
-    assert sum(values) == {n * (n - 1) // 2}
+    values = [{n}, {n + 1}]
+    assert values[0] * 2 + 1 == values[1] + {n}
 
 
 class {plain}:
     def {fail_c}(self):
-        assert len("{t["fail_c"]}") == {17}, "{t["fail_c"]}"
+        assert "{t["fail_c"]}"[:4] == "{t["fail_c"]}", "{t["fail_c"]}"
 
 
 class {unit}({ut}.TestCase):
     def setUp(self):
         if self._testMethodName == "{error_u}":
-            raise RuntimeError("{t["error_u"]}")
+            raise {bt}.RuntimeError("{t["error_u"]}")
 
     def {fail_u}(self):
         self.assertEqual({n} * 2, {2 * n + 1}, "{t["fail_u"]}")
@@ -137,7 +140,7 @@ class {unit}({ut}.TestCase):
         pass
 
     def {pass_u}(self):
-        self.assertEqual(sorted([{n + 1}, {n}]), [{n}, {n + 1}])
+        self.assertEqual([{n + 1}, {n}][::-1], [{n}, {n + 1}])
 '''
     canaries = [
         Canary(f"{path}::{fail_f}", "failed", t["fail_f"]),

@@ -85,3 +85,12 @@ def test_a_file_with_one_short_test_name_still_gets_fresh_names():
         for seed in range(10):
             _, planted = canary.plant("test_one.py", source, random.Random(seed))
             assert len({c.nodeid for c in planted}) == 7
+
+
+def test_canaries_do_not_depend_on_builtins_the_module_shadows(tmp_path):
+    """toolz's tests import a curried `sorted`; a module may rebind any builtin name."""
+    shadowing = "sorted = sum = len = list = range = RuntimeError = None\n\n" + SOURCE
+    source, planted = canary.plant("test_mod.py", shadowing, random.Random(3))
+    junit, phases, texts = run_pytest(tmp_path, source, [c.nodeid for c in planted])
+    verdict = canary.check(planted, junit, phases, texts)
+    assert verdict.tampered == [] and verdict.untrusted_files == set(), (junit, verdict)
