@@ -342,6 +342,7 @@ class InPlaceWorkspace(_Exec):
         self._backend = backend
         self.root = path
         self.image = OverlayImage(backend, (path,))
+        self.readonly_paths = tuple(sorted(e.name for e in os.scandir(path) if not e.is_symlink() and (e.name == ".git" or (e.is_dir() and os.path.lexists(os.path.join(e.path, "pyvenv.cfg"))))))  # sec-tools stand-in for the sandbox branch's protected_paths(path)  # noqa: E501
         self._running: set[Callable[[], None]] = set()
 
     def _no_layers(self, what: str) -> SandboxError:
