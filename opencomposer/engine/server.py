@@ -38,12 +38,21 @@ Endpoints (`create_app`; `opencomposer serve` runs it with uvicorn):
   running/waiting when the engine counts them, policy version, weight updates, speculative
   tokens proposed/accepted and the acceptance rate).
 
-Bad input (malformed JSON, missing fields, wrong types, token ids outside the vocabulary, a
-prompt that leaves no room in the context, an explicit max tokens that does not fit, bad
-sampling parameters, unsupported options) is answered 400 with
-``{"error": {"message", "type": "invalid_request_error", "code": 400}}``; an unknown route
-404, an engine failure 500, in the same shape; the server keeps serving. Unknown top-level
-fields are ignored (clients send many); unknown sampling parameters are refused.
+Bad input (malformed or too deeply nested JSON, missing fields, wrong types, token ids
+outside the vocabulary, a prompt that leaves no room in the context, an explicit max tokens
+that does not fit, bad sampling parameters, unsupported options) is answered 400 with
+``{"error": {"message", "type": "invalid_request_error", "code": 400}}``; a body over
+`max_body_bytes` 413 (refused from its Content-Length before reading, or as soon as a
+streamed body passes the limit); an unknown route 404, an engine failure 500, in the same
+shape; the server keeps serving. A client that disconnects before its body is read is
+counted as 499, not as a server error. Unknown top-level fields are ignored (clients send
+many); unknown sampling parameters are refused.
+
+Work before the engine is bounded by the request's size: the body limit (default
+`default_body_limit(max_len)`), and a prompt given as text is refused before it is tokenized
+when its length alone shows it cannot fit (a token covers at most `chars_per_token`
+characters), so a huge text costs neither tokenizer time nor memory. /health keeps answering
+meanwhile.
 
 Left out: streaming (``stream: true`` is refused with a 400), prompt-token logprobs
 (``logprob_start_len`` >= 0 inside the prompt), top-k alternative logprobs, ``echo``,
@@ -55,21 +64,24 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import functools
-import json
 import logging
 import time
 import uuid
 from collections import Counter
-from typing import Any, Callable, ClassVar, Literal
+from typing import Any, Callable
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, PlainTextResponse
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 
 from opencomposer.engine.client import chat_turn
 from opencomposer.engine.protocol import (
     apply_stop_strings, b64_int32, b64_npy, routed_rows, sglang_finish_reason, text_before_stop,
+)
+from opencomposer.engine.requests import (
+    CLIENT_CLOSED, BadRequest, ChatBody, CompletionBody, GenerateBody, SGLangSampling, UpdateWeightsBody,
+    default_body_limit, error_response, parse_body, validate_body,
 )
 from opencomposer.engine.types import GenerationRequest, GenerationResult, InferenceEngine, SamplingParams
 from opencomposer.errors import CheckpointError, ConfigError, MessageError
@@ -79,174 +91,17 @@ from opencomposer.model.tokenizer import Tokenizer
 log = logging.getLogger(__name__)
 
 
-class BadRequest(Exception):
-    """A client error, answered with `status` and the message."""
-
-    def __init__(self, message: str, status: int = 400):
-        super().__init__(message)
-        self.status = status
-
-
-def _error(status: int, message: str, kind: str) -> JSONResponse:
-    return JSONResponse({"error": {"message": message, "type": kind, "code": status}}, status_code=status)
-
-
-def _reject_constant(name: str):
-    raise ValueError(f"{name} is not valid JSON")
-
-
-async def _parse(request: Request, model: type[BaseModel]) -> Any:
-    raw = await request.body()
-    try:
-        obj = json.loads(raw, parse_constant=_reject_constant)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise BadRequest(f"request body is not valid JSON: {exc}") from None
-    if not isinstance(obj, dict):
-        raise BadRequest(f"request body must be a JSON object, got {type(obj).__name__}")
-    return _validate(model, obj)
-
-
-def _validate(model: type[BaseModel], obj: Any, prefix: str = "") -> Any:
-    try:
-        return model.model_validate(obj)
-    except ValidationError as exc:
-        problems = []
-        for e in exc.errors()[:6]:
-            # union branches add type tags such as "list[int]" to the location: not field names
-            loc = ".".join(str(x) for x in (prefix, *e["loc"]) if x != "" and not (isinstance(x, str) and "[" in x))
-            problems.append(f"{loc or 'body'}: {e['msg']}")
-        raise BadRequest("invalid request: " + "; ".join(problems)) from None
-
-
-# ----------------------------------------------------------------------------- request bodies
-
-
-class _Body(BaseModel):
-    # Strict: "0.5" is not a float, 1 is not a bool. Unknown top-level fields are ignored.
-    model_config = ConfigDict(strict=True, extra="ignore")
-
-    @model_validator(mode="after")
-    def _neutral_only(self):
-        """Options SGLang/OpenAI have and this engine does not: accepted at their neutral value only."""
-        for name, neutral in self.neutral_values.items():
-            if getattr(self, name) != neutral:
-                raise ValueError(f"{name}={getattr(self, name)!r} is not supported by this server "
-                                 f"(only {neutral!r})")
-        return self
-
-    neutral_values: ClassVar[dict[str, Any]] = {}
-
-
-class SGLangSampling(_Body):
-    model_config = ConfigDict(strict=True, extra="forbid")
-    temperature: float = Field(1.0, ge=0, allow_inf_nan=False)
-    top_p: float = Field(1.0, gt=0, le=1, allow_inf_nan=False)
-    top_k: int = Field(-1, ge=-1)
-    max_new_tokens: int | None = Field(None, ge=1)
-    stop: str | list[str] | None = None
-    stop_token_ids: list[int] | None = None
-    sampling_seed: int | None = None
-    seed: int | None = None
-    skip_special_tokens: bool = True
-    spaces_between_special_tokens: bool = True  # no effect: byte-level BPE decodes exactly
-    no_stop_trim: bool = False
-    min_p: float = 0.0
-    frequency_penalty: float = 0.0
-    presence_penalty: float = 0.0
-    repetition_penalty: float = 1.0
-    min_new_tokens: int = 0
-    ignore_eos: bool = False
-    n: int = 1
-    neutral_values: ClassVar[dict[str, Any]] = {
-        "min_p": 0.0, "frequency_penalty": 0.0, "presence_penalty": 0.0, "repetition_penalty": 1.0,
-        "min_new_tokens": 0, "ignore_eos": False, "n": 1}
-
-
-class GenerateBody(_Body):
-    input_ids: Any = None
-    text: str | list[str] | None = None
-    sampling_params: Any = None
-    rid: str | list[str] | None = None
-    return_logprob: bool = False
-    logprob_start_len: int = -1
-    top_logprobs_num: int = 0
-    return_text_in_logprobs: bool = False
-    return_routed_experts: bool = False
-    routed_experts_start_len: int = Field(0, ge=0)
-    logprobs_mode: Literal["raw", "processed"] = "raw"
-    """opencomposer's extension: "processed" returns the logprobs of the distribution sampled from."""
-    stream: bool = False
-    neutral_values: ClassVar[dict[str, Any]] = {"top_logprobs_num": 0, "stream": False}
-
-
-class _OpenAIBody(_Body):
-    model: str | None = None
-    temperature: float | None = Field(None, ge=0, le=2, allow_inf_nan=False)
-    top_p: float | None = Field(None, gt=0, le=1, allow_inf_nan=False)
-    top_k: int | None = Field(None, ge=-1)
-    n: int = Field(1, ge=1, le=16)
-    stop: str | list[str] | None = None
-    stop_token_ids: list[int] | None = None
-    seed: int | None = None
-    stream: bool = False
-    presence_penalty: float = 0.0
-    frequency_penalty: float = 0.0
-    return_token_ids: bool = False
-    neutral_values: ClassVar[dict[str, Any]] = {"stream": False, "presence_penalty": 0.0, "frequency_penalty": 0.0}
-
-
-class ChatBody(_OpenAIBody):
-    messages: list[Any] = Field(min_length=1)
-    tools: list[Any] | None = None
-    tool_choice: str | None = None
-    max_tokens: int | None = Field(None, ge=1)
-    max_completion_tokens: int | None = Field(None, ge=1)
-    logprobs: bool = False
-    top_logprobs: int = 0
-    neutral_values: ClassVar[dict[str, Any]] = {**_OpenAIBody.neutral_values, "top_logprobs": 0}
-
-    @model_validator(mode="after")
-    def _tool_choice(self):
-        if self.tool_choice not in (None, "auto", "none"):
-            raise ValueError(f"tool_choice={self.tool_choice!r} is not supported (only 'auto' or 'none')")
-        return self
-
-
-class CompletionBody(_OpenAIBody):
-    prompt: Any = None
-    max_tokens: int | None = Field(None, ge=1)
-    logprobs: int | None = Field(None, ge=0)
-    echo: bool = False
-    suffix: str | None = None
-    skip_special_tokens: bool = True
-    include_stop_str_in_output: bool = False
-    return_tokens_as_token_ids: bool = False
-    return_routed_experts: bool = False
-    routed_experts_prompt_start: int = Field(0, ge=0)
-    neutral_values: ClassVar[dict[str, Any]] = {**_OpenAIBody.neutral_values, "echo": False, "suffix": None}
-
-
-class UpdateWeightsBody(_Body):
-    model_path: str = Field(min_length=1)
-    load_format: str | None = None
-    weight_version: str | None = None
-
-    @model_validator(mode="after")
-    def _format(self):
-        if self.load_format not in (None, "auto", "safetensors"):
-            raise ValueError(f"load_format={self.load_format!r} is not supported (only HF safetensors directories)")
-        return self
-
-
 # ----------------------------------------------------------------------------- the server
 
 
 class Server:
     """The engine, the tokenizer, the limits and the counters behind the routes."""
 
-    def __init__(self, engine: InferenceEngine, tokenizer: Tokenizer, *, max_len: int, vocab_size: int):
+    def __init__(self, engine: InferenceEngine, tokenizer: Tokenizer, *, max_len: int, vocab_size: int,
+                 max_body_bytes: int):
         self.engine, self.tok = engine, tokenizer
-        self.max_len, self.vocab_size = max_len, vocab_size
+        self.max_len, self.vocab_size, self.max_body_bytes = max_len, vocab_size, max_body_bytes
+        self.chars_per_token = chars_per_token(tokenizer)
         self.requests: Counter[tuple[str, int]] = Counter()
         self.prompt_tokens = self.generated_tokens = self.spec_accepted = self.spec_proposed = 0
         self.weight_updates = self.in_flight = 0
@@ -290,7 +145,16 @@ class Server:
         except ValueError as exc:
             raise BadRequest(str(exc)) from None
 
-    def text_prompt(self, text: str) -> list[int]:
+    def check_text_fits(self, chars: int, what: str) -> None:
+        """Refuse, without tokenizing, text whose length alone shows it cannot fit the context."""
+        fewest = -(-chars // self.chars_per_token)
+        if fewest >= self.max_len:
+            raise BadRequest(f"{what} has {chars:,} characters, so at least {fewest:,} tokens (a token covers at "
+                             f"most {self.chars_per_token} characters); the context holds {self.max_len} tokens "
+                             "(prompt + output)")
+
+    def text_prompt(self, text: str, what: str) -> list[int]:
+        self.check_text_fits(len(text) + (self.tok.bos_id is not None), what)
         return [self.tok.bos_id, *self.tok.encode(text)] if self.tok.bos_id is not None else self.tok.encode(text)
 
     # --- running
@@ -334,15 +198,24 @@ class Server:
         return "\n".join(lines) + "\n"
 
 
+def chars_per_token(tok: Tokenizer) -> int:
+    """The most characters of text one token can stand for: its vocabulary entry's length
+    (bytes, for byte-level BPE), x4 for a normalizer that composes characters (NFC: at most 3)."""
+    return 4 * max(map(len, tok.hf.get_vocab(with_added_tokens=False)), default=1)
+
+
 def create_app(engine: InferenceEngine, tokenizer: Tokenizer, *, max_len: int, vocab_size: int,
                model_name: str = "opencomposer",
-               update_from_disk: Callable[[str, int | None], int] | None = None) -> FastAPI:
+               update_from_disk: Callable[[str, int | None], int] | None = None,
+               max_body_bytes: int | None = None) -> FastAPI:
     """The FastAPI app serving `engine` (see the module docstring). `max_len` is the engine's
     context (prompt + output tokens per request). `update_from_disk(path, version)` loads a
     checkpoint directory into the engine and returns the new policy version (`Engine` has
     one that also checks the config matches); by default the checkpoint's state dict goes
-    to `engine.update_weights`, which checks names and shapes."""
-    srv = Server(engine, tokenizer, max_len=max_len, vocab_size=vocab_size)
+    to `engine.update_weights`, which checks names and shapes. `max_body_bytes`: larger
+    request bodies get 413 (default: `default_body_limit(max_len)`)."""
+    limit = max_body_bytes if max_body_bytes is not None else default_body_limit(max_len)
+    srv = Server(engine, tokenizer, max_len=max_len, vocab_size=vocab_size, max_body_bytes=limit)
     if update_from_disk is None:
         def update_from_disk(path: str, version: int | None) -> int:
             from opencomposer.model import load_pretrained
@@ -355,8 +228,8 @@ def create_app(engine: InferenceEngine, tokenizer: Tokenizer, *, max_len: int, v
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException):
         srv.requests[(request.url.path if exc.status_code != 404 else "unknown", exc.status_code)] += 1
-        return _error(exc.status_code, f"{request.method} {request.url.path}: {exc.detail}", "not_found_error"
-                      if exc.status_code == 404 else "invalid_request_error")
+        return error_response(exc.status_code, f"{request.method} {request.url.path}: {exc.detail}",
+                              "not_found_error" if exc.status_code == 404 else "invalid_request_error")
 
     def route(method: str, path: str):
         """Register a handler that answers every failure as a JSON error and counts requests."""
@@ -366,12 +239,16 @@ def create_app(engine: InferenceEngine, tokenizer: Tokenizer, *, max_len: int, v
                 try:
                     response = await fn(request)
                 except BadRequest as exc:
-                    response = _error(exc.status, str(exc), "invalid_request_error")
+                    response = error_response(exc.status, str(exc), "invalid_request_error")
                 except MessageError as exc:
-                    response = _error(400, f"bad message: {exc}", "invalid_request_error")
+                    response = error_response(400, f"bad message: {exc}", "invalid_request_error")
+                except ClientDisconnect:  # nobody is left to answer: not a server error
+                    response = Response(status_code=CLIENT_CLOSED)
+                except RecursionError:  # a parsed body nested deeper than any field allows
+                    response = error_response(400, "request nests too deeply", "invalid_request_error")
                 except Exception as exc:  # the engine failed: report it, keep serving
                     log.exception("%s %s failed", method, path)
-                    response = _error(500, f"internal error: {type(exc).__name__}: {exc}", "internal_error")
+                    response = error_response(500, f"internal error: {type(exc).__name__}: {exc}", "internal_error")
                 srv.requests[(path, getattr(response, "status_code", 200))] += 1
                 return response
             app.add_api_route(path, handler, methods=[method])
@@ -399,21 +276,21 @@ def create_app(engine: InferenceEngine, tokenizer: Tokenizer, *, max_len: int, v
 
     @route("POST", "/generate")
     async def generate(request: Request):
-        body: GenerateBody = await _parse(request, GenerateBody)
+        body: GenerateBody = await parse_body(request, GenerateBody, limit)
         if body.input_ids is not None:
             batch = isinstance(body.input_ids, list) and bool(body.input_ids) and isinstance(body.input_ids[0], list)
             prompts = [srv.check_ids(p, f"input_ids[{i}]") for i, p in enumerate(body.input_ids)] if batch else \
                 [srv.check_ids(body.input_ids, "input_ids")]
         elif body.text is not None:
             batch = isinstance(body.text, list)
-            prompts = [srv.check_ids(srv.text_prompt(t), "text") for t in (body.text if batch else [body.text])]
+            prompts = [srv.check_ids(srv.text_prompt(t, "text"), "text") for t in (body.text if batch else [body.text])]
         else:
             raise BadRequest("give the prompt as input_ids (token ids) or text")
         sp_raw = body.sampling_params
         if isinstance(sp_raw, list):
-            sps = [_validate(SGLangSampling, x, f"sampling_params[{i}]") for i, x in enumerate(sp_raw)]
+            sps = [validate_body(SGLangSampling, x, f"sampling_params[{i}]") for i, x in enumerate(sp_raw)]
         else:
-            sps = [_validate(SGLangSampling, sp_raw or {}, "sampling_params")] * len(prompts)
+            sps = [validate_body(SGLangSampling, sp_raw or {}, "sampling_params")] * len(prompts)
         rids = body.rid if isinstance(body.rid, list) else [body.rid] * len(prompts)
         if len(sps) != len(prompts) or len(rids) != len(prompts):
             raise BadRequest(f"sampling_params and rid lists must have one entry per prompt ({len(prompts)})")
@@ -445,14 +322,14 @@ def create_app(engine: InferenceEngine, tokenizer: Tokenizer, *, max_len: int, v
 
     @route("POST", "/v1/completions")
     async def completions(request: Request):
-        body: CompletionBody = await _parse(request, CompletionBody)
+        body: CompletionBody = await parse_body(request, CompletionBody, limit)
         p = body.prompt
         if isinstance(p, str):
-            prompts = [srv.text_prompt(p)]
+            prompts = [srv.text_prompt(p, "prompt")]
         elif isinstance(p, list) and p and all(type(t) is int for t in p):
             prompts = [p]
         elif isinstance(p, list) and p and all(isinstance(x, (str, list)) for x in p):
-            prompts = [srv.text_prompt(x) if isinstance(x, str) else x for x in p]
+            prompts = [srv.text_prompt(x, "prompt") if isinstance(x, str) else x for x in p]
         else:
             raise BadRequest("prompt must be a string, a list of token ids, or a non-empty list of either")
         prompts = [srv.check_ids(ids, "prompt") for ids in prompts]
@@ -483,10 +360,12 @@ def create_app(engine: InferenceEngine, tokenizer: Tokenizer, *, max_len: int, v
 
     @route("POST", "/v1/chat/completions")
     async def chat(request: Request):
-        body: ChatBody = await _parse(request, ChatBody)
+        body: ChatBody = await parse_body(request, ChatBody, limit)
         tools = body.tools if body.tool_choice != "none" else None
         if tools is not None and not all(isinstance(t, dict) for t in tools):
             raise BadRequest("tools must be a list of function schemas (objects)")
+        srv.check_text_fits(sum(len(m["content"]) for m in body.messages
+                                if isinstance(m, dict) and isinstance(m.get("content"), str)), "messages")
         ids = srv.check_ids(encode_messages(tokenizer, body.messages, tools, add_generation_prompt=True), "messages")
         requested = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
         max_new = srv.budget(len(ids), requested, None, "max_tokens")
@@ -520,7 +399,7 @@ def create_app(engine: InferenceEngine, tokenizer: Tokenizer, *, max_len: int, v
 
     @route("POST", "/update_weights_from_disk")
     async def update_weights(request: Request):
-        body: UpdateWeightsBody = await _parse(request, UpdateWeightsBody)
+        body: UpdateWeightsBody = await parse_body(request, UpdateWeightsBody, limit)
         version = int(body.weight_version) if body.weight_version and body.weight_version.isdigit() else None
         try:  # loading takes a while and the engine applies it between decode steps: off the loop
             new_version = await asyncio.to_thread(update_from_disk, body.model_path, version)

@@ -40,6 +40,11 @@ Self-summarization (Composer 2 report, section 4): at a token trigger the loop a
 starts from `summarized_context(messages, summary)` = system + first user message (the
 task) + one user message carrying the summary.
 
+Any str encodes: a lone surrogate (not text; JSON can spell one, and Python's os functions
+make one from a file name that is not UTF-8) is encoded, and rendered, as U+FFFD rather
+than raising, so a message can never end a rollout. (The tool harness already shows such
+bytes as `\\xNN` escapes; this is the last line of defence.)
+
 Left out: images and other non-text content parts; Jinja chat templates (encode with this
 module instead); a separate special token for summaries (plain user turns suffice).
 """
@@ -215,6 +220,14 @@ def render_tools(tools: Sequence[dict]) -> str:
     return TOOLS_HEADER + "\n".join(lines)
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _text(s: str) -> str:
+    """`s` with each lone surrogate replaced by U+FFFD (the tokenizer cannot encode one)."""
+    return s if s.isascii() else _SURROGATE.sub("\ufffd", s)
+
+
 def _turn_parts(m: Message, tools: Sequence[dict] | None = None) -> list[tuple[bool, str]]:
     """A turn as (is_special, string) pieces. Text pieces are encoded separately, so no BPE
     merge crosses a special token and each piece encodes the same wherever it stands."""
@@ -235,7 +248,7 @@ def _turn_parts(m: Message, tools: Sequence[dict] | None = None) -> list[tuple[b
     else:
         parts.append((False, m.content))
     parts.append((True, END))
-    return [p for p in parts if p[0] or p[1]]
+    return [(special, s if special else _text(s)) for special, s in parts if special or s]
 
 
 def encode_turn(tok: Tokenizer, message: Message | dict, tools: Sequence[dict] | None = None) -> list[int]:

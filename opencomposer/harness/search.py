@@ -172,8 +172,11 @@ def walk_files(top: str, max_files: int, max_bytes: int) -> dict[str, tuple[int,
     return found
 
 
-def read_text(top: str, rel: str) -> str | None:
-    """A file's text, opened without following any symlink; None for binary or vanished files."""
+def read_text(top: str, rel: str, max_bytes: int = 1 << 24) -> str | None:
+    """A file's text, opened without following any symlink; None for binary or vanished files.
+
+    At most `max_bytes` are read: the walk checked the size, but a command running alongside
+    can grow the file after it."""
     parts = rel.split("/")
     flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
     fds = [os.open(top, flags | os.O_DIRECTORY)]
@@ -189,7 +192,7 @@ def read_text(top: str, rel: str) -> str | None:
     with os.fdopen(fd, "rb") as f:
         if not stat_mod.S_ISREG(os.fstat(f.fileno()).st_mode):
             return None
-        data = f.read()
+        data = f.read(max_bytes)
     if b"\x00" in data[:8192]:
         return None
     return data.decode("utf-8", errors="replace")

@@ -356,6 +356,192 @@ async def test_engine_failure_is_a_500_and_the_server_keeps_serving(tok):
     assert health.status_code == 200
 
 
+# ----------------------------------------------------------------------------- hostile input: size, nesting, disconnects
+
+
+async def asgi_post(app, path, receive_messages, headers=()):
+    """POST straight through the ASGI interface, the body given as receive() messages (an
+    iterator, so it may be endless); returns (status, body, how many messages the app took)."""
+    taken, sent = 0, []
+
+    async def receive():
+        nonlocal taken
+        taken += 1
+        return next(receive_messages)
+
+    async def send(message):
+        sent.append(message)
+
+    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
+             "scheme": "http", "path": path, "raw_path": path.encode(), "query_string": b"", "root_path": "",
+             "headers": [(b"content-type", b"application/json"), *headers], "client": ("127.0.0.1", 1),
+             "server": ("test", 80)}
+    await app(scope, receive, send)
+    status = next(m["status"] for m in sent if m["type"] == "http.response.start")
+    return status, b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body"), taken
+
+
+def endless_body(chunk=b" " * (1 << 20)):
+    yield {"type": "http.request", "body": b'{"text": "', "more_body": True}
+    while True:
+        yield {"type": "http.request", "body": chunk, "more_body": True}
+
+
+def metric_counts(text: str) -> dict:
+    return {k: float(v) for k, v in (line.rsplit(" ", 1) for line in text.splitlines() if not line.startswith("#"))}
+
+
+async def test_a_declared_content_length_over_the_limit_is_refused_before_reading(engine, tok):
+    app = create_app(engine, tok, max_len=MAX_LEN, vocab_size=tok.vocab_size)
+    for path in ("/generate", "/v1/completions", "/v1/chat/completions", "/update_weights_from_disk"):
+        status, body, taken = await asgi_post(app, path, endless_body(), [(b"content-length", b"200000000")])
+        assert (status, taken) == (413, 0), (path, body)  # not one byte of the body was read
+        assert "limit" in json.loads(body)["error"]["message"]
+
+
+async def test_a_streamed_body_is_cut_off_as_soon_as_it_passes_the_limit(engine, tok):
+    app = create_app(engine, tok, max_len=MAX_LEN, vocab_size=tok.vocab_size, max_body_bytes=4 << 20)
+    status, body, taken = await asgi_post(app, "/generate", endless_body())  # chunked: no Content-Length
+    assert status == 413 and taken <= 6 and json.loads(body)["error"]["code"] == 413
+    status, _, _ = await asgi_post(app, "/generate", endless_body(), [(b"content-length", b"lots")])
+    assert status == 400
+
+
+async def test_the_body_limit_is_configurable_and_has_a_default_from_the_context(engine, tok):
+    from opencomposer.engine.requests import default_body_limit
+
+    assert default_body_limit(256) == 8 << 20 and default_body_limit(1 << 20) == 64 << 20
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=create_app(
+            engine, tok, max_len=MAX_LEN, vocab_size=tok.vocab_size, max_body_bytes=200)), base_url="http://t") as c:
+        small = await c.post("/generate", json={"input_ids": [1, 2], "sampling_params": {"max_new_tokens": 2}})
+        big = await c.post("/generate", json={"input_ids": [1] * 100})
+        health = await c.get("/health")
+    assert small.status_code == 200 and big.status_code == 413 and health.status_code == 200
+
+
+@pytest.mark.parametrize("body", [
+    b"[" * 100_000 + b"]" * 100_000,
+    b'{"input_ids": ' + b"[" * 100_000 + b"1" + b"]" * 100_000 + b"}",
+    b'{"input_ids": [1], "sampling_params": ' + b'{"a": ' * 50_000 + b"1" + b"}" * 50_001,
+], ids=["root", "input_ids", "sampling_params"])
+async def test_deeply_nested_json_is_a_400_not_a_500(client, body):
+    r = await client.post("/generate", content=body)
+    assert r.status_code == 400 and "nested too deeply" in r.json()["error"]["message"]
+    assert (await client.get("/health")).status_code == 200
+
+
+async def test_nesting_around_the_parsers_limit_is_never_a_500(client):
+    # Bodies that parse, but nest so deep that a later step (tools rendered as JSON) may recurse too far.
+    import sys
+
+    limit = sys.getrecursionlimit()
+    for depth in range(limit - 300, limit + 20, 20):
+        body = ('{"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2, "tools": [{"type": "function", '
+                '"function": {"name": "t", "parameters": ' + "[" * depth + "]" * depth + "}}]}")
+        r = await client.post("/v1/chat/completions", content=body)
+        assert r.status_code in (200, 400), (depth, r.text)
+
+
+async def test_a_client_that_disconnects_mid_body_is_not_a_server_error(engine, tok):
+    app = create_app(engine, tok, max_len=MAX_LEN, vocab_size=tok.vocab_size)
+    for path in ("/generate", "/v1/chat/completions", "/v1/completions"):
+        messages = iter([{"type": "http.request", "body": b'{"input_ids": [1, ', "more_body": True},
+                         {"type": "http.disconnect"}])
+        status, _, taken = await asgi_post(app, path, messages)
+        assert status == 499 and taken == 2
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as c:
+        counts = metric_counts((await c.get("/metrics")).text)
+    assert counts['opencomposer_requests_total{endpoint="/generate",status="499"}'] == 1
+    assert not [k for k in counts if 'status="500"' in k]
+
+
+@pytest.mark.parametrize("path,body", [
+    ("/generate", {"text": "word " * 200_000}),
+    ("/generate", {"text": ["hi", "word " * 200_000]}),
+    ("/v1/completions", {"prompt": "word " * 200_000}),
+    ("/v1/completions", {"prompt": [[1, 2], "word " * 200_000]}),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "word " * 200_000}]}),
+    ("/v1/chat/completions", {"messages": [{"role": "system", "content": "x" * 30_000},
+                                           {"role": "user", "content": "y" * 30_000}]}),
+], ids=["text", "text-batch", "prompt", "prompt-batch", "chat", "chat-split"])
+async def test_a_text_that_cannot_fit_the_context_is_refused_without_tokenizing(client, tok, monkeypatch, path, body):
+    encoded = []
+    monkeypatch.setattr(tok, "encode", lambda text: encoded.append(len(text)) or [5] * len(text))
+    r = await client.post(path, json=body)
+    assert r.status_code == 400 and "characters" in r.json()["error"]["message"], r.text
+    assert not [n for n in encoded if n > 1000]  # the huge text never reached the tokenizer
+
+
+def read_response(sock) -> bytes:
+    """One HTTP response from a raw socket: its head, then Content-Length bytes of body."""
+    data = b""
+    while b"\r\n\r\n" not in data and (chunk := sock.recv(65536)):
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = int(next((line.split(b":")[1] for line in head.split(b"\r\n") if line.lower().startswith(
+        b"content-length:")), b"0"))
+    while len(body) < length and (chunk := sock.recv(65536)):
+        body += chunk
+    return head + b"\r\n\r\n" + body
+
+
+def test_health_answers_while_a_huge_body_is_refused(tok):
+    """Over a real socket: a 24 MB chunked upload (the old server read it all, then spent most
+    of a minute tokenizing it on the event loop) is cut off at the limit, /health stays quick."""
+    import socket
+    import threading
+    import time
+
+    import uvicorn
+
+    app = create_app(FakeEngine(vocab_size=tok.vocab_size, max_len=MAX_LEN), tok, max_len=MAX_LEN,
+                     vocab_size=tok.vocab_size)
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    upload = {"sent": 0, "response": b""}
+
+    def send_huge():
+        with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+            sock.sendall(b"POST /generate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                         b"Transfer-Encoding: chunked\r\n\r\n")
+            chunk = b'{"text": "' + b"a" * ((1 << 20) - 10)
+            try:
+                for _ in range(24):
+                    sock.sendall(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                    upload["sent"] += len(chunk)
+                    chunk = b"a" * (1 << 20)
+                sock.sendall(b'1\r\n"\r\n1\r\n}\r\n0\r\n\r\n')
+            except OSError:  # the server closed the connection after answering
+                pass
+            upload["response"] = read_response(sock)
+
+    try:
+        deadline = time.monotonic() + 30
+        while not server.started:
+            assert time.monotonic() < deadline and thread.is_alive(), "uvicorn did not start"
+            time.sleep(0.01)
+        uploader = threading.Thread(target=send_huge)
+        uploader.start()
+        latencies = []
+        while uploader.is_alive() and len(latencies) < 50:
+            t0 = time.monotonic()
+            assert httpx.get(f"http://127.0.0.1:{port}/health", timeout=10).status_code == 200
+            latencies.append(time.monotonic() - t0)
+        uploader.join(60)
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:  # declared: refused at once
+            sock.sendall(b"POST /generate HTTP/1.1\r\nHost: x\r\nContent-Length: 200000000\r\n\r\n")
+            declared = read_response(sock)
+        health = httpx.get(f"http://127.0.0.1:{port}/health", timeout=10)
+    finally:
+        server.should_exit = True
+        thread.join(30)
+    assert upload["response"].startswith(b"HTTP/1.1 413"), upload
+    assert declared.startswith(b"HTTP/1.1 413") and b"limit" in declared
+    assert health.status_code == 200 and max(latencies, default=0) < 5, latencies
+
+
 # ----------------------------------------------------------------------------- the real engine
 
 

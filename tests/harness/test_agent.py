@@ -365,3 +365,21 @@ def test_an_object_that_is_not_a_policy_is_refused_with_what_it_needs(ws):
 
     with pytest.raises(ConfigError, match="async chat"):
         Agent(object(), ws)
+
+
+async def test_file_names_that_are_not_utf8_do_not_end_the_rollout(tmp_path, tok):
+    import os
+
+    for name in (b"\xff", b"caf\xe9.py", b"\xed\xa0\x80"):
+        with open(os.path.join(os.fsencode(tmp_path), name), "wb") as f:
+            f.write(b"x\n")
+    calls = [call("list_dir", id="c0"), call("glob", id="c1", pattern="*")]
+    chat = await Agent(ScriptedPolicy([reply(*calls), FINAL]), FakeWorkspace(tmp_path)).run("look")
+    tool_turn = '<|tool_call|>{"name": "list_dir", "arguments": {}}<|/tool_call|><|tool_call|>' \
+                '{"name": "glob", "arguments": {"pattern": "*"}}<|/tool_call|>'
+    tokens = await Agent(ScriptedTokenPolicy(tok, [tool_turn, "Done."]), FakeWorkspace(tmp_path)).run("look")
+    for t in (chat, tokens):
+        assert t.stop_reason == "final" and t.counts.tool_errors == 0
+        outputs = [m["content"] for m in t.messages if m["role"] == "tool"]
+        assert all("\\xff" in o and "caf\\xe9.py" in o and "\\xed\\xa0\\x80" in o for o in outputs), outputs
+        json.dumps(t.messages).encode("utf-8")

@@ -306,3 +306,21 @@ def test_message_dataclass_accepts_harness_calls_and_rejects_bad_roles(tok):
     assert len(parse_assistant(encode_turn(tok, m), tok).valid_calls) == 2
     with pytest.raises(MessageError, match="role"):
         Message("robot")
+
+
+# --------------------------------------------------------------------- text that is not text
+
+@pytest.mark.parametrize("text", ["a\udcffb", "\ud800", "x\udfff\ud83dy", "caf\udce9 \udcff\udcfe"])
+def test_lone_surrogates_never_make_encoding_raise(tok, text):
+    clean = re.sub("[\ud800-\udfff]", "\ufffd", text)
+    for role in ("tool", "user", "system", "assistant"):
+        m = {"role": role, "content": text, "name": "list_dir" if role == "tool" else None}
+        assert encode_turn(tok, m) == encode_turn(tok, {**m, "content": clean})
+    msgs = [{"role": "user", "content": text}, {"role": "assistant", "content": "", "reasoning_content": text,
+                                                 "tool_calls": [{"id": "c", "type": "function", "function": {
+                                                     "name": "read", "arguments": json.dumps({"path": text})}}]},
+            {"role": "tool", "tool_call_id": "c", "name": text, "content": text}]
+    tools = [{"name": "t" + text, "description": text, "parameters": {"type": "object", "properties": {}}}]
+    ids = encode_messages(tok, msgs, tools, add_generation_prompt=True)
+    assert tok.decode(ids) == render_messages(msgs, tools, add_generation_prompt=True)
+    assert "\ufffd" in tok.decode(ids) and not re.search("[\ud800-\udfff]", render_messages(msgs, tools))

@@ -51,6 +51,17 @@ def test_call_terminal_runs_in_the_sandbox_on_dir(ws):
     assert (ws / "out.txt").read_text() == "hi\n"  # in place: DIR itself changed
 
 
+def test_call_refuses_to_write_the_checkouts_git_dir(ws):
+    (ws / ".git" / "hooks").mkdir(parents=True)
+    (ws / "alias").symlink_to(".git")
+    for path in [".git/hooks/pre-commit", "alias/hooks/post-checkout"]:
+        p = tool("call", "--workspace", str(ws), "--json", "write_file",
+                 json.dumps({"path": path, "content": "#!/bin/sh\nevil\n"}))
+        obj = json.loads(p.stdout)
+        assert obj["ok"] is False and "read-only" in obj["error"], obj
+    assert list((ws / ".git" / "hooks").iterdir()) == []
+
+
 def test_list_prints_schemas():
     p = tool("list", check=True)
     schemas = json.loads(p.stdout)

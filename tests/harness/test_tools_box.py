@@ -159,3 +159,75 @@ def test_todo_list_lifecycle(root):
     assert box.call("todo", {"action": "add", "items": []}).stats.error_kind == "invalid_arguments"
     assert ToolBox(FakeWorkspace(root)).unfinished_todos() == 0  # state is per ToolBox
 
+
+
+# ---------------------------------------------------------------- hostile input: text that is not text, sizes, nesting
+
+class SurrogateTerminal(FakeWorkspace):
+    """A backend that decodes command output with surrogateescape, as os functions do."""
+
+    async def aexec(self, cmd, *, limits=None, **_):
+        return ExecResult(0, b"out \xff\xfe done\n".decode("utf-8", "surrogateescape"), "err \ud800\n")
+
+
+def test_every_output_and_error_is_valid_text(root):
+    r = ToolBox(SurrogateTerminal(root)).call("run_terminal_cmd", {"command": "cat blob"})
+    assert r.ok and "out \\xff\\xfe done" in r.output and "err \\ud800" in r.output
+    assert r.stats.bytes_out == len(r.output.encode("utf-8"))
+
+
+@pytest.mark.parametrize("name,args,needle", [
+    ("todo", '{"action": "add", "items": ["fix \\ud800 bug"]}', "'items[0]' holds a lone surrogate (\\ud800"),
+    ("todo", '{"action": "add", "items": ["ok"]}|{"action": "update", "id": 1, "content": "\\udcff"}',
+     "'content' holds a lone surrogate (\\xff"),
+    ("write_file", '{"path": "a.txt", "content": "x\\udc80y"}', "'content' holds a lone surrogate (\\x80"),
+    ("read_file", '{"path": "caf\\udce9.txt"}', "(\\xe9 at character 3)"),
+    ("grep", '{"pattern": "\\ud83d"}', "'pattern' holds a lone surrogate (\\ud83d"),
+    ("run_terminal_cmd", '{"command": "echo \\udfff"}', "(\\udfff at character 5)"),
+])
+def test_lone_surrogates_in_arguments_are_refused_and_echoed_escaped(root, name, args, needle):
+    box = ToolBox(FakeWorkspace(root))
+    *setup, args = args.split("|")
+    for a in setup:
+        assert box.call(name, a).ok
+    r = box.call(name, args)
+    assert r.stats.error_kind == "invalid_arguments" and needle in r.error, r.error
+    r.error.encode("utf-8")
+    assert not (root / "a.txt").exists()
+
+
+def test_deeply_nested_arguments_are_an_error_not_a_crash(root):
+    box = ToolBox(FakeWorkspace(root))
+    r = box.call("read_file", '{"path": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    assert r.stats.error_kind == "invalid_json" and "nested too deeply" in r.error
+    nested: list = []
+    for _ in range(100_000):  # an API client can hand over any Python object
+        nested = [nested]
+    r = box.call("read_file", {"path": nested})
+    assert r.stats.error_kind == "invalid_arguments" and "must be a string, got array" in r.error
+
+
+@pytest.mark.parametrize("name,args,needle", [
+    ("run_terminal_cmd", {"command": "echo " + "x" * 200_000}, "write the script to a file"),
+    ("run_terminal_cmd", {"command": "echo " + "é" * 60_000}, "120,005 bytes"),
+    ("grep", {"pattern": "x" * 20_000}, "at most 10,000"),
+    ("grep", {"pattern": "x", "glob": "*" * 5_000}, "at most 1,000"),
+    ("glob", {"pattern": "a" * 5_000}, "at most 1,000"),
+    ("codebase_search", {"query": "word " * 2_000}, "at most 2,000"),
+    ("todo", {"action": "add", "items": ["x" * 5_000]}, "at most 1,000"),
+    ("todo", {"action": "add", "items": [f"task {i}" for i in range(101)]}, "at most 100 are kept"),
+])
+def test_oversized_arguments_are_refused_before_any_work(root, name, args, needle):
+    ws = FakeWorkspace(root)
+    box = ToolBox(ws)
+    r = box.call(name, args)
+    assert r.stats.error_kind == "invalid_arguments" and needle in r.error, r.error
+    assert ws.running == ws.peak == 0 and box.todos.items == []  # nothing ran, nothing was kept
+
+
+def test_the_todo_list_stays_bounded_across_calls(root):
+    box = ToolBox(FakeWorkspace(root))
+    for i in range(10):
+        assert box.call("todo", {"action": "add", "items": [f"t{i}.{j}" for j in range(10)]}).ok
+    r = box.call("todo", {"action": "add", "items": ["one more"]})
+    assert r.stats.error_kind == "invalid_arguments" and len(box.todos.items) == 100

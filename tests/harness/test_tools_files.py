@@ -233,9 +233,105 @@ def test_glob_patterns(ws):
     assert "17 more matches" in r.output
 
 
-def test_line_numbers_agree_with_grep_despite_form_feeds(ws):
+def test_line_numbers_agree_with_grep_despite_form_feeds(ws, tmp_path):
+    from opencomposer.sandbox import get_backend
+
     (ws / "ff.py").write_text("a = 1\x0c\nb = 2\r\nc = 3\n")
+    with get_backend("bwrap", store_dir=tmp_path / "store").workspace_in_place(ws) as real:  # grep runs in its sandbox
+        b = ToolBox(real)
+        r = b.call("read_file", {"path": "ff.py"})
+        assert "(lines 1-3 of 3)" in r.output and "     3\tc = 3" in r.output
+        assert b.call("grep", {"pattern": "c = 3"}).output == "ff.py:3:c = 3"
+
+
+# ---------------------------------------------------------------- hostile input: bounded work
+
+def test_edit_file_no_match_with_a_huge_old_string_answers_quickly(ws):
+    # A 40 KB old_string against a 2 MB file: the closest-region search took > 90 s (difflib's
+    # exact ratio, quadratic); now an old_string that long is not searched for.
+    import time
+
+    lines = [f"    result_{i} = step(data_{i}, scale={i})" for i in range(50_000)]
+    (ws / "big.py").write_text("\n".join(lines) + "\n")
+    old = "\n".join(lines[20_000:21_000]).replace("scale=20010", "scale=1")
+    t0 = time.perf_counter()
+    r = box(ws).call("edit_file", {"path": "big.py", "old_string": old, "new_string": "x"})
+    assert r.stats.error_kind == "no_match" and "too long" in r.error and "read_file" in r.error
+    assert time.perf_counter() - t0 < 5
+
+
+@pytest.mark.parametrize("text,old", [
+    ("x = x + 1; " * 200_000 + "\n", "y = y + 1; " * 4_000),  # one 2 MB line, one 44 KB line
+    ("a b c d\n" * 250_000, "a b c e\n" * 300),  # repetitive: the worst case of difflib's matcher
+    (("x = y + z; " * 300 + "\n") * 600, ("x = y + z; " * 300 + "!\n") * 3),  # long lines, both sides
+], ids=["one-line", "repetitive", "long-lines"])
+def test_edit_file_closest_region_search_is_bounded(ws, text, old):
+    import time
+
+    (ws / "big.txt").write_text(text)
+    t0 = time.perf_counter()
+    r = box(ws).call("edit_file", {"path": "big.txt", "old_string": old, "new_string": "x"})
+    assert r.stats.error_kind == "no_match"
+    assert time.perf_counter() - t0 < 5
+
+
+def test_edit_file_replace_all_refuses_a_huge_result_before_building_it(ws):
+    # 20,000 x "a" -> 2,500 bytes each would be 50 MB: refused from its computed size
+    import tracemalloc
+
+    (ws / "a.txt").write_text("a\n" * 20_000)
+    tracemalloc.start()
+    try:
+        r = box(ws, max_write_bytes=1_000_000).call("edit_file", {
+            "path": "a.txt", "old_string": "a", "new_string": "b" * 2_500, "replace_all": True})
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert r.stats.error_kind == "too_large" and "50,020,000 bytes" in r.error
+    assert peak < 5_000_000  # the 50 MB result was never built
+    assert (ws / "a.txt").read_text() == "a\n" * 20_000
+
+
+def test_glob_answers_a_hostile_pattern_quickly(ws):
+    # The regex translation took > 22 s on this pattern and this name, holding the GIL.
+    import time
+
+    (ws / ("a" * 200)).write_text("")
+    (ws / "sub" / ("a" * 100)).mkdir(parents=True)
     b = box(ws)
-    r = b.call("read_file", {"path": "ff.py"})
-    assert "(lines 1-3 of 3)" in r.output and "     3\tc = 3" in r.output
-    assert b.call("grep", {"pattern": "c = 3"}).output == "ff.py:3:c = 3"
+    t0 = time.perf_counter()
+    r = b.call("glob", {"pattern": "*a*a*a*a*a*b"})
+    assert r.ok and "No paths match" in r.output
+    r = b.call("glob", {"pattern": "{a,b}" * 10})
+    assert r.stats.error_kind == "invalid_arguments" and "alternatives" in r.error
+    r = b.call("glob", {"pattern": "*" * 5_000})
+    assert r.stats.error_kind == "invalid_arguments" and "at most 1,000" in r.error
+    assert time.perf_counter() - t0 < 5
+
+
+# ---------------------------------------------------------------- names and contents that are not UTF-8
+
+NON_UTF8_NAMES = [b"\xff", b"caf\xe9.txt", b"\xed\xa0\x80.py", b"ok\x80\x81"]
+
+
+def test_names_that_are_not_utf8_are_shown_with_byte_escapes(ws):
+    base = os.fsencode(ws)
+    for name in NON_UTF8_NAMES:
+        with open(os.path.join(base, name), "wb") as f:
+            f.write(b"x\n")
+    os.mkdir(os.path.join(base, b"d\xfe"))
+    with open(os.path.join(base, b"d\xfe", b"in\xfd.py"), "wb") as f:
+        f.write(b"y\n")
+    os.symlink(b"t\xfc", os.path.join(base, b"l\xfb"))
+    b = box(ws)
+    listing = b.call("list_dir", {})
+    for r in [listing, b.call("glob", {"pattern": "*"}), b.call("glob", {"pattern": "**/*"})]:
+        assert r.ok, r.error
+        r.output.encode("utf-8")  # valid text: no lone surrogates
+        for shown in ["\\xff", "caf\\xe9.txt", "\\xed\\xa0\\x80.py", "ok\\x80\\x81", "d\\xfe/"]:
+            assert shown in r.output, (shown, r.output)
+    assert "link  l\\xfb -> t\\xfc" in listing.output
+    assert "d\\xfe/in\\xfd.py" in b.call("glob", {"pattern": "**/*.py"}).output
+    r = b.call("list_dir", {"path": "d\udcfe"})  # a model cannot name such a path: it is refused, escaped
+    assert r.stats.error_kind == "invalid_arguments" and "\\xfe" in r.error
+    r.error.encode("utf-8")

@@ -91,3 +91,9 @@ async def test_parallel_commands_in_one_turn(backend, tmp_path):
         assert [r.output.splitlines()[-1] for r in results] == ["0", "1", "2", "3"]
         assert all(f"+++ b/f{i}.txt" in ws.diff() for i in range(4))
     assert sorted(p.name for p in src.iterdir()) == ["x.txt"]  # the image's source is untouched
+
+
+def test_output_that_is_not_utf8_comes_back_as_text(ws):
+    r = ToolBox(ws).call("run_terminal_cmd", {"command": "printf 'a\\377\\376b\\n'; touch $'\\xff'; ls >&2"})
+    assert r.ok and "a\ufffd\ufffdb" in r.output and "\ufffd" in r.output.split("--- stderr ---")[1]
+    r.output.encode("utf-8")

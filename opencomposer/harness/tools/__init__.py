@@ -2,8 +2,9 @@
 
 `ToolBox(workspace, config)` exposes `schemas()` (OpenAI function-calling schemas), `run`,
 `run_many` and `call`. The tools: read_file, edit_file, write_file, delete_file, list_dir,
-glob, grep (files.py, grep.py; host-side, confined by paths.py), run_terminal_cmd
-(terminal.py; in the sandbox), codebase_search (../search.py), todo (todo.py).
+glob (files.py, globs.py; host-side, confined by paths.py), grep and run_terminal_cmd
+(grep.py, terminal.py; in the workspace's sandbox), codebase_search (../search.py; host-side,
+descriptor-based walk), todo (todo.py).
 """
 
 from opencomposer.harness.tools.base import ERROR_KINDS, ToolCall, ToolConfig, ToolError, ToolResult, ToolStats

@@ -8,11 +8,18 @@ bad input from a model is data, never an exception that ends a rollout.
 
 Argument validation covers the JSON Schema subset the tool schemas use (object with
 `properties`, `required`, `additionalProperties: false`; string / integer / boolean / array
-of strings; `enum`; `minimum`). It is not a general JSON Schema validator.
+of strings; `enum`; `minimum`; `maxLength`). It is not a general JSON Schema validator. A
+string holding a lone surrogate (JSON can spell one, "\\ud800"; it is not text) is refused.
+
+Text that goes back to the model is valid Unicode: `printable()` (applied by the ToolBox to
+every output and error) shows a lone surrogate as an escape, `\\xNN` for the byte of a file
+name that is not UTF-8 (Python's os functions decode such a byte as U+DCNN), `\\uNNNN` else.
 """
 
 from __future__ import annotations
 
+import re
+import reprlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Awaitable, Callable, Literal
@@ -59,7 +66,7 @@ class ToolResult:
 ERROR_KINDS = (
     "unknown_tool", "invalid_json", "invalid_arguments", "path_outside_workspace", "not_found",
     "not_a_file", "not_a_directory", "is_a_directory", "binary_file", "too_large", "no_match",
-    "ambiguous_match", "timeout", "oom", "setup", "internal_error",
+    "ambiguous_match", "timeout", "oom", "setup", "internal_error", "path_read_only",
 )
 """Every `ToolStats.error_kind` a ToolBox can return."""
 
@@ -122,6 +129,22 @@ class ToolConfig:
     """Files codebase_search indexes at most per directory tree."""
     search_max_file_bytes: int = 400_000
     """Larger files are not indexed by codebase_search."""
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _escape_surrogate(m: re.Match) -> str:
+    code = ord(m.group())
+    return f"\\x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF else f"\\u{code:04x}"
+
+
+def printable(text: str) -> str:
+    """`text` as valid Unicode: each lone surrogate becomes an escape (see the module docstring),
+    so a file named b'\\xff' shows as `\\xff`, as Python writes that byte in a bytes literal."""
+    if text.isascii() or not _SURROGATE.search(text):
+        return text
+    return _SURROGATE.sub(_escape_surrogate, text)
 
 
 def split_lines(text: str) -> list[str]:
@@ -189,8 +212,12 @@ def _type_ok(value: Any, typ: str) -> bool:
     raise ValueError(f"schema type {typ!r} not supported")
 
 
+_REPR = reprlib.Repr()  # bounded: a huge or deeply nested argument costs nothing to describe
+_REPR.maxlevel, _REPR.maxstring, _REPR.maxother = 2, 62, 62
+
+
 def _describe(value: Any) -> str:
-    text = repr(value)
+    text = _REPR.repr(value)
     kind = {str: "string", bool: "boolean", int: "integer", float: "number", list: "array",
             dict: "object", type(None): "null"}.get(type(value), type(value).__name__)
     return f"{kind} {text[:60]}{'...' if len(text) > 60 else ''}"
@@ -226,6 +253,8 @@ def _check(key: str, value: Any, prop: dict) -> Any:
                         f"argument {key!r} must be {_JSON_TYPES[typ]}, got {_describe(value)}")
     if typ == "integer":
         value = int(value)
+    if typ == "string":
+        _check_text(key, value, prop)
     if "enum" in prop and value not in prop["enum"]:
         raise ToolError("invalid_arguments",
                         f"argument {key!r} must be one of {prop['enum']}, got {value!r}")
@@ -234,3 +263,14 @@ def _check(key: str, value: Any, prop: dict) -> Any:
     if typ == "array" and "items" in prop:
         value = [_check(f"{key}[{i}]", v, prop["items"]) for i, v in enumerate(value)]
     return value
+
+
+def _check_text(key: str, value: str, prop: dict) -> None:
+    """Strings must be text (no lone surrogate) and, where the schema says, not too long."""
+    if "maxLength" in prop and len(value) > prop["maxLength"]:
+        raise ToolError("invalid_arguments", f"argument {key!r} is {len(value):,} characters long; at most "
+                        f"{prop['maxLength']:,} are accepted")
+    if not value.isascii() and (m := _SURROGATE.search(value)):
+        raise ToolError("invalid_arguments", f"argument {key!r} holds a lone surrogate "
+                        f"({printable(m.group())} at character {m.start()}), which is not text; send valid "
+                        "Unicode (a file whose name is not UTF-8 is reached with run_terminal_cmd, e.g. $'\\xff')")

@@ -3,7 +3,9 @@
 `run(call)` parses and validates the call's arguments against the tool's schema, runs the
 tool and wraps its output, or its `ToolError`, in a `ToolResult` with `ToolStats`. An
 unexpected exception inside a tool (a bug) is logged and returned as `internal_error`
-rather than ending the rollout.
+rather than ending the rollout. Output and error text pass through `base.printable`, so
+what goes back to the model is always valid Unicode (a file name that is not UTF-8 shows
+its bytes as `\\xNN`), whatever a tool or the workspace produced.
 
 `run_many(calls)` runs one turn's calls concurrently and returns results in call order.
 Calls that write files (edit_file, write_file, delete_file) are serialized in call order,
@@ -20,7 +22,9 @@ import os
 import time
 
 from opencomposer.errors import SetupError
-from opencomposer.harness.tools.base import ToolCall, ToolConfig, ToolError, ToolResult, ToolSpec, ToolStats, params, validate_arguments
+from opencomposer.harness.tools.base import (
+    ToolCall, ToolConfig, ToolError, ToolResult, ToolSpec, ToolStats, params, printable, validate_arguments,
+)
 from opencomposer.harness.tools.files import FILE_TOOLS
 from opencomposer.harness.tools.grep import GREP_TOOL
 from opencomposer.harness.tools.paths import resolve
@@ -48,7 +52,7 @@ SEARCH_TOOL = ToolSpec(
     "closest in meaning to a natural-language query (e.g. 'where are retries configured'). Use "
     "grep for exact identifiers.",
     params(["query"],
-           query={"type": "string", "description": "What you are looking for, in words."},
+           query={"type": "string", "maxLength": 2_000, "description": "What you are looking for, in words."},
            path={"type": "string", "description": "Only search under this directory."},
            top_k={"type": "integer", "minimum": 1, "description": "Number of results (default 8)."}),
     codebase_search)
@@ -58,7 +62,10 @@ TOOLS: dict[str, ToolSpec] = {t.name: t for t in [*FILE_TOOLS, GREP_TOOL, TERMIN
 
 
 def _bytes(arguments) -> int:
-    text = arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False, default=str)
+    try:
+        text = arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False, default=str)
+    except (RecursionError, ValueError):  # nested too deeply, or a cycle: not what a model can send
+        return 0
     return len(text.encode("utf-8", errors="replace"))
 
 
@@ -74,6 +81,9 @@ def _parse(arguments) -> object:
     except json.JSONDecodeError as e:
         raise ToolError("invalid_json", f"arguments are not valid JSON: {e.msg} at line {e.lineno} "
                         f"column {e.colno}; send a JSON object like {{\"path\": \"src/main.py\"}}") from None
+    except RecursionError:
+        raise ToolError("invalid_json", "arguments are nested too deeply; send a flat JSON object like "
+                        "{\"path\": \"src/main.py\"}") from None
 
 
 class ToolBox:
@@ -146,6 +156,7 @@ class ToolBox:
         except Exception as e:  # a bug in a tool must not end the rollout; it is logged loudly
             log.exception("tool %s crashed on %r", call.name, call.arguments)
             error, stats.error_kind = f"internal error in tool {call.name}: {type(e).__name__}: {e}", "internal_error"
+        output, error = printable(output), None if error is None else printable(error)
         stats.duration_s = time.perf_counter() - t0
         stats.bytes_out = len(output.encode("utf-8", errors="replace")) + len((error or "").encode("utf-8", errors="replace"))
         return ToolResult(call.id, call.name, error is None, output, error, stats)

@@ -6,6 +6,10 @@ that a turn's calls proceed concurrently. Text is UTF-8: a file with NUL bytes i
 and refused; other undecodable bytes are shown as U+FFFD by read_file and make edit_file
 refuse (it would corrupt them on write-back).
 
+Writes are refused under the workspace's `readonly_paths` (see paths.py). Every step is
+bounded: glob matches in linear time (globs.py), edit_file's "closest regions" search is
+capped, and replace_all's result size is computed before the result is built.
+
 Left out: directory deletion and moves (the terminal does those), notebooks, images.
 """
 
@@ -18,7 +22,8 @@ import re
 import stat as stat_mod
 
 from opencomposer.harness.tools.base import ToolError, ToolSpec, params, split_lines
-from opencomposer.harness.tools.paths import display, open_dir, read_bytes, resolve, write_bytes
+from opencomposer.harness.tools.globs import Glob, GlobError
+from opencomposer.harness.tools.paths import check_writable, display, open_dir, read_bytes, resolve, write_bytes
 
 _VCS_DIRS = {".git", ".hg", ".svn"}
 
@@ -31,6 +36,11 @@ def _number(lines: list[str], first: int, max_chars: int) -> str:
             line = line[:max_chars] + f" ... [{len(line) - max_chars} more characters]"
         out.append(f"{i:6d}\t{line}")
     return "\n".join(out)
+
+
+def _writable(box, parts: tuple[str, ...], path: str) -> None:
+    # `readonly_paths`: an in-place workspace's protected paths; () elsewhere (and on workspaces without it)
+    check_writable(getattr(box.workspace, "readonly_paths", ()), parts, path)
 
 
 def _read_text(box, path: str, *, strict: bool) -> tuple[tuple[str, ...], str, bool]:
@@ -91,24 +101,40 @@ async def read_file(box, args: dict) -> str:
 # ---------------------------------------------------------------- edit_file
 
 _TOKEN = re.compile(r"\w+|[^\w\s]")
+_LINE_TOKENS = 64
+"""Tokens of a line that count for similarity (a minified line would otherwise cost its length)."""
+_SEARCH_MAX_LINES, _SEARCH_MAX_TOKENS = 400, 2_000
+"""A longer old_string gets no closest-region search (its cost grows with old_string x file)."""
+_EXACT_MAX_PAIRS = 250_000
+"""difflib's exact `ratio` is quadratic in the worst case: windows x old_string tokens above
+this are ranked by `quick_ratio` alone."""
 
 
-def _closest_regions(text: str, old: str, k: int = 3) -> list[tuple[int, int, float]]:
-    """The k windows of the file most similar to `old`: (first_line, last_line, ratio), 1-based.
+def _tokens(text: str) -> list[list[str]]:
+    return [_TOKEN.findall(line)[:_LINE_TOKENS] for line in split_lines(text)]
+
+
+def _closest_regions(text: str, old: str, k: int = 3) -> list[tuple[int, int, float]] | None:
+    """The k windows of the file most similar to `old`: (first_line, last_line, ratio), 1-based;
+    None if old is too long to search for (over _SEARCH_MAX_LINES lines or _SEARCH_MAX_TOKENS).
 
     Windows have as many lines as `old` and are compared as token sequences (words and
-    punctuation; whitespace ignored, so a wrong indentation still finds its region).
-    Windows are ranked by difflib's `quick_ratio` (a multiset upper bound of `ratio`), then
-    the best 20 get the exact `ratio`. On big inputs (file lines x old lines > 100k) the
+    punctuation; whitespace ignored, so a wrong indentation still finds its region; the first
+    _LINE_TOKENS of each line). Windows are ranked by difflib's `quick_ratio` (a multiset
+    upper bound of `ratio`), then the best 20 get the exact `ratio` (if their size allows).
+    On big inputs (file lines x old lines > 100k, or file tokens x old lines > 1M) the
     candidate windows come from anchors: the file lines most similar to old's first, middle
-    and last non-blank lines, each giving the window it would start.
+    and last non-blank lines, each giving the window it would start. The work is linear in
+    the file, times a constant set by the caps above.
     """
-    ltoks = [_TOKEN.findall(line) for line in split_lines(text)]
-    otoks = [_TOKEN.findall(line) for line in split_lines(old)] or [[]]
+    otoks = _tokens(old) or [[]]
     n = len(otoks)
+    if n > _SEARCH_MAX_LINES or sum(map(len, otoks)) > _SEARCH_MAX_TOKENS:
+        return None
+    ltoks = _tokens(text)
     starts = range(max(1, len(ltoks) - n + 1))
     sm = difflib.SequenceMatcher(autojunk=False)
-    if len(ltoks) * n > 100_000:
+    if len(ltoks) * n > 100_000 or sum(map(len, ltoks)) * n > 1_000_000:
         nonblank = [i for i, t in enumerate(otoks) if t] or [0]
         cands = set()
         for a in {nonblank[0], nonblank[len(nonblank) // 2], nonblank[-1]}:
@@ -119,7 +145,8 @@ def _closest_regions(text: str, old: str, k: int = 3) -> list[tuple[int, int, fl
                 scored.append((sm.quick_ratio(), j))
             cands |= {min(max(0, j - a), starts[-1]) for _, j in sorted(scored, reverse=True)[:20]}
         starts = sorted(cands)
-    sm.set_seq2([t for toks in otoks for t in toks])  # seq2 is the one difflib caches
+    old_flat = [t for toks in otoks for t in toks]
+    sm.set_seq2(old_flat)  # seq2 is the one difflib caches
 
     def window(i: int) -> list[str]:
         return [t for toks in ltoks[i:i + n] for t in toks]
@@ -130,9 +157,10 @@ def _closest_regions(text: str, old: str, k: int = 3) -> list[tuple[int, int, fl
         scored.append((sm.quick_ratio(), i))
     scored.sort(reverse=True)
     best = []
-    for _, i in scored[:max(20, k)]:
-        sm.set_seq1(window(i))
-        best.append((sm.ratio(), i))
+    for quick, i in scored[:max(20, k)]:
+        w = window(i)
+        sm.set_seq1(w)
+        best.append((sm.ratio() if len(w) * len(old_flat) <= _EXACT_MAX_PAIRS else quick, i))
     best.sort(key=lambda t: (-t[0], t[1]))
     picked: list[tuple[int, int, float]] = []
     for ratio, i in best:
@@ -141,6 +169,11 @@ def _closest_regions(text: str, old: str, k: int = 3) -> list[tuple[int, int, fl
         if all(abs(i + 1 - a) >= n for a, _, _ in picked):  # no overlapping windows
             picked.append((i + 1, min(i + n, len(ltoks)), ratio))
     return picked
+
+
+def _edited_size(text: str, old: str, new: str, count: int) -> int:
+    """UTF-8 bytes of `text` with `count` non-overlapping `old` replaced by `new`, without building it."""
+    return len(text.encode("utf-8")) + count * (len(new.encode("utf-8")) - len(old.encode("utf-8")))
 
 
 def _line_of(text: str, offset: int) -> int:
@@ -155,6 +188,7 @@ def _edit_file(box, args: dict) -> str:
     if old == new:
         raise ToolError("invalid_arguments", "old_string and new_string are identical: nothing to change")
     parts, text, _ = _read_text(box, path, strict=True)
+    _writable(box, parts, path)  # on the very components written below
     if "\r\n" in text and "\r" not in old:  # the model writes \n; keep the file's CRLF endings
         old, new = old.replace("\n", "\r\n"), new.replace("\n", "\r\n")
     count = text.count(old)
@@ -163,6 +197,9 @@ def _edit_file(box, args: dict) -> str:
         regions = _closest_regions(text, old)
         lines = split_lines(text)
         msg = f"old_string was not found in {shown}."
+        if regions is None:
+            raise ToolError("no_match", msg + f" It is too long ({old.count(chr(10)) + 1:,} lines) to look for "
+                            "similar regions: read_file the region you mean and copy a shorter, exact old_string.")
         if not regions:
             raise ToolError("no_match", msg + " No similar region either: read_file the file first.")
         msg += " The closest regions are:\n"
@@ -180,10 +217,11 @@ def _edit_file(box, args: dict) -> str:
                         f"{', '.join(map(str, at))}). Include more surrounding lines so that it matches "
                         "exactly once, or set replace_all=true to replace every occurrence.")
     first = _line_of(text, text.find(old))
+    size = _edited_size(text, old, new, count)
+    if size > cfg.max_write_bytes:  # computed, not built: replace_all can multiply the file
+        raise ToolError("too_large", f"the edited file would be {size:,} bytes, over {cfg.max_write_bytes:,}")
     updated = text.replace(old, new) if count > 1 else text.replace(old, new, 1)
     data = updated.encode("utf-8")
-    if len(data) > cfg.max_write_bytes:
-        raise ToolError("too_large", f"the edited file would be {len(data):,} bytes, over {cfg.max_write_bytes:,}")
     write_bytes(box.root, parts, data, path=path)
     new_lines = split_lines(updated)
     a = max(1, first - 2)
@@ -204,6 +242,7 @@ def _write_file(box, args: dict) -> str:
     if len(data) > box.config.max_write_bytes:
         raise ToolError("too_large", f"content is {len(data):,} bytes, over the {box.config.max_write_bytes:,}-byte limit")
     parts = resolve(box.root, args["path"])
+    _writable(box, parts, args["path"])
     existed = write_bytes(box.root, parts, data, path=args["path"])
     n_lines = args["content"].count("\n") + (0 if args["content"].endswith("\n") or not data else 1)
     return f"{'Overwrote' if existed else 'Created'} {display(parts)} ({n_lines} lines, {len(data):,} bytes)."
@@ -216,6 +255,7 @@ async def write_file(box, args: dict) -> str:
 def _delete_file(box, args: dict) -> str:
     path = args["path"]
     parts = resolve(box.root, path, follow_final=False)  # delete a symlink itself, never its target
+    _writable(box, parts, path)
     with open_dir(box.root, parts[:-1], path=path) as dfd:
         try:
             st = os.stat(parts[-1], dir_fd=dfd, follow_symlinks=False)
@@ -255,7 +295,10 @@ def _list_dir(box, args: dict) -> str:
             if stat_mod.S_ISDIR(st.st_mode):
                 rows.append((0, name, f"dir   {name}/"))
             elif stat_mod.S_ISLNK(st.st_mode):  # shown, never followed
-                rows.append((1, name, f"link  {name} -> {os.readlink(name, dir_fd=dfd)}"))
+                try:
+                    rows.append((1, name, f"link  {name} -> {os.readlink(name, dir_fd=dfd)}"))
+                except OSError:  # replaced since the stat
+                    continue
             elif stat_mod.S_ISREG(st.st_mode):
                 rows.append((1, name, f"file  {name}  ({_size(st.st_size)})"))
             else:
@@ -276,42 +319,6 @@ async def list_dir(box, args: dict) -> str:
 
 # ---------------------------------------------------------------- glob
 
-def glob_to_regex(pattern: str) -> re.Pattern:
-    """Translate a glob to a regex over '/'-separated relative paths.
-
-    `*` and `?` stay within one path component, `**/` spans any number of directories,
-    `[abc]`/`[!abc]` are classes, `{a,b}` are alternatives (not nested).
-    """
-    out, i, n = [], 0, len(pattern)
-    while i < n:
-        c = pattern[i]
-        if pattern.startswith("**/", i):
-            out.append("(?:[^/]*/)*")
-            i += 3
-            continue
-        if pattern.startswith("**", i):
-            out.append(".*")
-            i += 2
-            continue
-        if c == "*":
-            out.append("[^/]*")
-        elif c == "?":
-            out.append("[^/]")
-        elif c == "[" and (j := pattern.find("]", i + 2)) != -1:
-            body = pattern[i + 1:j]
-            body = "^" + body[1:] if body[0] == "!" else body
-            out.append("[" + body.replace("\\", "\\\\") + "]")
-            i = j
-        elif c == "{" and (j := pattern.find("}", i)) != -1:
-            alts = pattern[i + 1:j].split(",")
-            out.append("(?:" + "|".join(glob_to_regex(a).pattern for a in alts) + ")")
-            i = j
-        else:
-            out.append(re.escape(c))
-        i += 1
-    return re.compile("".join(out), re.DOTALL)
-
-
 def _glob(box, args: dict) -> str:
     pattern = args["pattern"].strip()
     if not pattern:
@@ -321,8 +328,8 @@ def _glob(box, args: dict) -> str:
     if "/" not in pattern.rstrip("/"):  # like .gitignore: a bare name pattern matches at any depth
         pattern = "**/" + pattern
     try:
-        regex = glob_to_regex(pattern.rstrip("/"))
-    except re.error as e:
+        matcher = Glob(pattern.rstrip("/"))
+    except GlobError as e:
         raise ToolError("invalid_arguments", f"invalid glob pattern: {e}") from None
     path = args.get("path", ".")
     parts = resolve(box.root, path)
@@ -332,8 +339,8 @@ def _glob(box, args: dict) -> str:
         for top, dirs, files, _ in os.fwalk(".", dir_fd=dfd, follow_symlinks=False):
             dirs[:] = sorted(d for d in dirs if d not in _VCS_DIRS)
             rel_top = "" if top == "." else top[2:] + "/"
-            found += [rel_top + d + "/" for d in dirs if regex.fullmatch(rel_top + d)]
-            found += [rel_top + f for f in files if regex.fullmatch(rel_top + f)]
+            found += [rel_top + d + "/" for d in dirs if matcher.match(rel_top + d)]
+            found += [rel_top + f for f in files if matcher.match(rel_top + f)]
     found.sort()
     cap = box.config.max_glob_results
     prefix = "" if not parts else display(parts) + "/"
@@ -387,7 +394,8 @@ FILE_TOOLS = [
              "Find files and directories by glob pattern, sorted by path. `*` matches within a path "
              "component, `**/` any number of directories, `{a,b}` alternatives; a pattern without '/' "
              "matches names at any depth (`*.py` finds every Python file).",
-             params(["pattern"], pattern={"type": "string", "description": "Glob, e.g. 'src/**/*.py' or 'test_*.py'."},
+             params(["pattern"], pattern={"type": "string", "maxLength": 1_000,
+                                          "description": "Glob, e.g. 'src/**/*.py' or 'test_*.py'."},
                     path={"type": "string", "description": "Directory to search under (default: the root)."}),
              glob),
 ]

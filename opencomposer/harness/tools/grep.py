@@ -1,41 +1,58 @@
-"""The grep tool: ripgrep over the workspace tree on the host.
+"""The grep tool: ripgrep run inside the workspace's sandbox.
 
-ripgrep runs with `cwd=box.root` and a path that `paths.resolve` has confined to the
-root. It does not follow symlinks while walking (no `-L`), reads no config file
-(`--no-config`, empty environment), skips `.git` and gitignored files but searches other
-hidden files. Its `--json` stream is read line by line and rg is killed as soon as the
-match cap is reached, so a pattern like `.` over a large tree costs little.
+ripgrep runs through `workspace.aexec`, in the sandbox the agent's terminal commands run in
+(cwd /workspace; /usr/bin/rg is there because /usr is bound read-only), so it can only read
+what a terminal command could read. Covered: a symlink in the tree to a host path, and the
+race where a command of the same turn keeps exchanging a directory with a symlink to a host
+directory (renameat2 RENAME_EXCHANGE) while rg opens the path or walks below it: inside the
+sandbox such a link leads nowhere outside. On the host, `paths.resolve` only checks the path
+argument, so that a path outside the workspace gets the same `path_outside_workspace` error
+as with the other tools; nothing on the host is opened by name.
+
+rg does not follow symlinks while walking (no `-L`), reads no config file (`--no-config`),
+skips `.git` and gitignored files but searches other hidden files. Work is bounded in the
+sandbox and here: `head -c` ends rg (SIGPIPE) once it has printed enough bytes for the caps
+(`--max-columns` cuts minified lines first), the call has `grep_timeout_s`, and the lines are
+counted here against `grep_max_matches` / `grep_max_output_bytes`. rg's bytes come back
+base64-encoded, so names and lines that are not UTF-8 survive the sandbox's text decoding:
+names are shown with `\\xNN` escapes (ToolBox), line text with U+FFFD (as read_file).
+
+Cost: one sandbox start per call (about 10 ms with bwrap on these machines).
 """
 
 from __future__ import annotations
 
-import asyncio
 import base64
-import contextlib
-import json
+import binascii
+import dataclasses
 import os
-import shutil
 
 from opencomposer.harness.tools.base import ToolError, ToolSpec, params
 from opencomposer.harness.tools.paths import display, resolve
 
-_RG_MISSING = ("ripgrep (`rg`) is not installed on the machine running the tools; the operator "
-               "must install it (Debian: `apt-get install ripgrep`, or `make setup`). Meanwhile use "
+RG = "rg"
+"""The ripgrep command inside the sandbox."""
+
+_RG_MISSING = ("ripgrep (`rg`) is not installed in the sandbox (it runs there from the host's /usr); the "
+               "operator must install it (Debian: `apt-get install ripgrep`, or `make setup`). Meanwhile use "
                "run_terminal_cmd with `grep -rn`.")
 
+MAX_PATTERN_CHARS = 10_000
+"""Longer patterns are refused (a command line holds at most 128 KiB per argument anyway)."""
 
-def _text(obj: dict) -> str:
-    """rg --json gives {"text": ...} for UTF-8 data and {"bytes": base64} otherwise."""
-    if "text" in obj:
-        return obj["text"]
-    return base64.b64decode(obj["bytes"]).decode("utf-8", errors="replace")
+# $1: the path to search ("" for the workspace), $2: bytes of rg output to keep, then rg's argv.
+# Prints the kept output in base64, a space, and rg's exit status (141: stopped by head).
+_SCRIPT = r"""
+target=$1 cap=$2
+shift 2
+if [ -n "$target" ] && [ ! -e "$target" ]; then printf ' missing'; exit 0; fi
+"$@" | head -c "$cap" | base64 -w0
+printf ' %s' "${PIPESTATUS[0]}"
+"""
 
 
-def _rg_args(args: dict, target: str | None) -> list[str]:
-    rg = shutil.which("rg")
-    if rg is None:
-        raise ToolError("setup", _RG_MISSING)
-    cmd = [rg, "--no-config", "--hidden", "--glob", "!.git", "--no-messages"]
+def _rg_args(args: dict, target: str | None, max_columns: int) -> list[str]:
+    cmd = [RG, "--no-config", "--hidden", "--glob", "!.git", "--no-messages", "--null", "--color", "never"]
     if args.get("case_insensitive"):
         cmd.append("--ignore-case")
     if args.get("fixed_strings"):
@@ -45,37 +62,108 @@ def _rg_args(args: dict, target: str | None) -> list[str]:
     if args.get("files_with_matches"):
         cmd += ["--files-with-matches"]
     else:
-        cmd += ["--json", "--context", str(args.get("context_lines", 0))]
+        cmd += ["--with-filename", "--line-number", "--no-heading", "--no-context-separator",
+                "--max-columns", str(max_columns), "--max-columns-preview",
+                "--context", str(args.get("context_lines", 0))]
     cmd += ["--regexp", args["pattern"], "--"]
     return cmd + ([target] if target else [])
 
 
-async def _run_rg(cmd: list[str], cwd: str, on_line, timeout_s: float) -> tuple[int | None, str]:
-    """Feed rg's stdout lines to on_line until it returns False; (exit code or None if stopped, stderr)."""
-    proc = await asyncio.create_subprocess_exec(
-        *cmd, cwd=cwd, env={"PATH": "/usr/bin:/bin"}, stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, limit=1 << 24)
+def _records(raw: bytes, files_only: bool):
+    """(path, line_number, is_match, text) per record of rg's output; only path for -l.
 
-    async def consume() -> bool:
-        async for line in proc.stdout:
-            if not on_line(line):
-                return False
+    -l prints `path\\0`; otherwise `path\\0N:text\\n` (match) or `path\\0N-text\\n` (context).
+    A path may hold a newline but never a NUL, so the records are read in order from the NUL.
+    """
+    at = 0
+    while (nul := raw.find(b"\0", at)) != -1:
+        path = os.fsdecode(raw[at:nul]).removeprefix("./")
+        if files_only:
+            yield path, 0, True, ""
+            at = nul + 1
+            continue
+        end = raw.find(b"\n", nul)
+        if end == -1:
+            return
+        head, sep, text = _split_number(raw[nul + 1:end])
+        at = end + 1
+        if head is not None:  # else a notice such as "binary file matches": not a line
+            yield path, head, sep == b":", text.decode("utf-8", errors="replace").rstrip("\r")
+
+
+def _split_number(rest: bytes) -> tuple[int | None, bytes, bytes]:
+    i = 0
+    while i < len(rest) and 48 <= rest[i] <= 57:
+        i += 1
+    if i == 0 or i == len(rest) or rest[i:i + 1] not in (b":", b"-"):
+        return None, b"", b""
+    return int(rest[:i]), rest[i:i + 1], rest[i + 1:]
+
+
+class _Output:
+    """The model-facing lines, with the match and byte caps of the config."""
+
+    def __init__(self, cfg, context: bool):
+        self.cfg, self.context = cfg, context
+        self.lines: list[str] = []
+        self.matches = self.bytes = 0
+        self.capped = False
+        self.last: tuple[str, int] | None = None
+
+    def add(self, line: str) -> bool:
+        self.bytes += len(line) + 1
+        if self.bytes > self.cfg.grep_max_output_bytes:
+            self.capped = True
+            return False
+        self.lines.append(line)
         return True
 
-    finished = False
+    def count_match(self) -> bool:
+        self.matches += 1
+        if self.matches > self.cfg.grep_max_matches:
+            self.capped = True
+            return False
+        return True
+
+    def file(self, path: str) -> bool:
+        return self.count_match() and self.add(path)
+
+    def line(self, path: str, n: int, is_match: bool, text: str) -> bool:
+        if len(text) > self.cfg.max_line_chars:
+            text = text[:self.cfg.max_line_chars] + " ..."
+        if is_match and not self.count_match():
+            return False
+        if self.context and self.last is not None and (self.last[0] != path or n > self.last[1] + 1):
+            self.add("--")
+        self.last = (path, n)
+        sep = ":" if is_match else "-"
+        return self.add(f"{path}{sep}{n}{sep}{text}")
+
+
+def _output_cap(cfg) -> int:
+    """Bytes of rg output that always suffice to fill the caps: a kept line costs at most
+    4 bytes per character (UTF-8), and rg cuts longer lines at 4 x max_line_chars bytes."""
+    return 4 * (cfg.grep_max_output_bytes + 4 * cfg.max_line_chars) + 65_536
+
+
+async def _run_rg(box, cmd: list[str], target: str | None, cap: int) -> tuple[int | None, bytes, str]:
+    """(rg's exit status, or None if `target` does not exist; its output, cut at cap; its stderr)."""
+    cfg = box.config
+    limits = dataclasses.replace(cfg.terminal_limits, timeout_s=cfg.grep_timeout_s, network=False,
+                                 output_bytes=cap * 4 // 3 + 64)
+    result = await box.workspace.aexec(["bash", "-c", _SCRIPT, "grep", target or "", str(cap), *cmd],
+                                       limits=limits)
+    if result.timed_out:
+        raise ToolError("timeout", f"grep took longer than {cfg.grep_timeout_s:.0f} s; narrow it with path or glob")
+    if result.oom_killed:
+        raise ToolError("oom", "grep ran out of memory; narrow it with path or glob")
+    encoded, _, status = result.stdout.rpartition(" ")
+    if status == "missing":
+        return None, b"", ""
     try:
-        finished = await asyncio.wait_for(consume(), timeout_s)
-    except asyncio.TimeoutError:
-        raise ToolError("timeout", f"grep took longer than {timeout_s:.0f} s; narrow it with path or glob") from None
-    finally:
-        # Kill only when stopping early: Popen.send_signal polls first, and a poll that reaps an
-        # already finished rg makes asyncio's child watcher report exit code 255 instead of rg's.
-        if not finished:
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()
-        stderr = (await proc.stderr.read()).decode("utf-8", errors="replace")
-        await proc.wait()
-    return (proc.returncode if finished else None), stderr
+        return int(status), base64.b64decode(encoded, validate=True), result.stderr
+    except (ValueError, binascii.Error):
+        raise ToolError("internal_error", f"grep in the sandbox failed: {(result.stderr or result.stdout)[:2000]}")
 
 
 async def grep(box, args: dict) -> str:
@@ -83,60 +171,29 @@ async def grep(box, args: dict) -> str:
     path = args.get("path")
     parts = resolve(box.root, path) if path else ()
     target = display(parts) if parts else None
-    if target and not os.path.exists(os.path.join(box.root, target)):
+    cap = _output_cap(cfg)
+    files_only = bool(args.get("files_with_matches"))
+    code, raw, stderr = await _run_rg(box, _rg_args(args, target, 4 * cfg.max_line_chars), target, cap)
+    if code is None:
         raise ToolError("not_found", f"{path!r} does not exist")
-    cmd = _rg_args(args, target)
-    out: list[str] = []
-    state = {"matches": 0, "bytes": 0, "capped": False, "last": None}
-
-    def add(line: str) -> bool:
-        state["bytes"] += len(line) + 1
-        if state["bytes"] > cfg.grep_max_output_bytes:
-            state["capped"] = True
-            return False
-        out.append(line)
-        return True
-
-    def on_files(raw: bytes) -> bool:
-        state["matches"] += 1
-        if state["matches"] > cfg.grep_max_matches:
-            state["capped"] = True
-            return False
-        return add(raw.decode("utf-8", "replace").rstrip("\n").removeprefix("./"))
-
-    def on_json(raw: bytes) -> bool:
-        msg = json.loads(raw)
-        kind = msg["type"]
-        if kind not in ("match", "context"):
-            return True
-        data = msg["data"]
-        file = _text(data["path"]).removeprefix("./")
-        n = data["line_number"]
-        line = _text(data["lines"]).rstrip("\r\n")
-        if len(line) > cfg.max_line_chars:
-            line = line[:cfg.max_line_chars] + " ..."
-        if kind == "match":
-            state["matches"] += 1
-            if state["matches"] > cfg.grep_max_matches:
-                state["capped"] = True
-                return False
-        last = state["last"]
-        if last is not None and (last[0] != file or n > last[1] + 1) and args.get("context_lines"):
-            add("--")
-        state["last"] = (file, n)
-        return add(f"{file}{':' if kind == 'match' else '-'}{n}{':' if kind == 'match' else '-'}{line}")
-
-    code, stderr = await _run_rg(cmd, box.root, on_files if args.get("files_with_matches") else on_json,
-                                 cfg.grep_timeout_s)
-    if code == 2 and not out:
+    if code in (126, 127):
+        raise ToolError("setup", _RG_MISSING)
+    cut = len(raw) >= cap
+    if cut:  # the last record may be incomplete
+        raw = raw[:raw.rfind(b"\0" if files_only else b"\n") + 1]
+    out = _Output(cfg, bool(args.get("context_lines")))
+    for path_, n, is_match, text in _records(raw, files_only):
+        if not (out.file(path_) if files_only else out.line(path_, n, is_match, text)):
+            break
+    if code == 2 and not out.lines:
         raise ToolError("invalid_arguments", f"ripgrep failed: {stderr.strip()[:2000] or 'exit code 2'}")
-    if not out:
+    if not out.lines:
         where = f" under {target}" if target else ""
         return f"No matches for {args['pattern']!r}{where}."
-    if state["capped"]:
-        out.append(f"[results capped at {cfg.grep_max_matches} matches / {cfg.grep_max_output_bytes:,} bytes; "
-                   "narrow the search with path, glob or a more specific pattern]")
-    return "\n".join(out)
+    if out.capped or cut:
+        out.lines.append(f"[results capped at {cfg.grep_max_matches} matches / {cfg.grep_max_output_bytes:,} "
+                         "bytes; narrow the search with path, glob or a more specific pattern]")
+    return "\n".join(out.lines)
 
 
 GREP_TOOL = ToolSpec(
@@ -144,9 +201,11 @@ GREP_TOOL = ToolSpec(
     "Search file contents with ripgrep (Rust regex syntax). Prints `path:line:text` for matches and "
     "`path-line-text` for context lines. Skips .git and gitignored files.",
     params(["pattern"],
-           pattern={"type": "string", "description": "Regular expression (or literal text with fixed_strings)."},
+           pattern={"type": "string", "maxLength": MAX_PATTERN_CHARS,
+                    "description": "Regular expression (or literal text with fixed_strings)."},
            path={"type": "string", "description": "File or directory to search (default: the whole workspace)."},
-           glob={"type": "string", "description": "Only search files matching this glob, e.g. '*.py' or '!tests/**'."},
+           glob={"type": "string", "maxLength": 1_000,
+                 "description": "Only search files matching this glob, e.g. '*.py' or '!tests/**'."},
            context_lines={"type": "integer", "minimum": 0, "description": "Lines of context around each match."},
            case_insensitive={"type": "boolean", "description": "Ignore case (default false)."},
            fixed_strings={"type": "boolean", "description": "Treat pattern as literal text (default false)."},

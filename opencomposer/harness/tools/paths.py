@@ -1,7 +1,7 @@
 """Confine every file-tool path to the workspace root, on the host, race-safely.
 
 File tools run on the host against `workspace.root` (not in the sandbox), so a path a
-model writes must never reach a host file outside that tree. Two layers of defence:
+model writes must never reach a host file outside that tree. Three layers of defence:
 
 1. `resolve()` maps the model's path to components under the root, resolving symlinks
    itself the way the kernel would inside the sandbox (where the root is /workspace, so
@@ -13,13 +13,25 @@ model writes must never reach a host file outside that tree. Two layers of defen
    root with `O_NOFOLLOW` (`openat` semantics via `dir_fd`). If anything swapped a
    component for a symlink after step 1 (a concurrent command in the same turn), the open
    fails instead of escaping.
+3. Writes (write_file, edit_file, delete_file) are refused with `path_read_only` under the
+   workspace's `readonly_paths` (an in-place workspace's `.git` and top-level virtualenvs,
+   where a planted hook or .pth file would run later on the host), checked by
+   `check_writable` on the resolved components, so that a symlink to `.git` elsewhere in the
+   tree does not get around it; step 2 then opens exactly those components.
 
 Absolute paths: `/workspace/...` is accepted and mapped to the root, because that is where
 the agent's terminal commands see the tree; every other absolute path is refused, the
 workspace's host path included (the model should not know or use host paths).
 
+Races (covered, tested with a command that keeps exchanging a directory with a symlink to a
+host directory while the tools run): resolution reads each link once and opens nothing by
+name, so a swap makes the open fail (`path_outside_workspace` or `not_found`), never escape.
+
 Not covered: hard links planted in the tree by the workspace's owner before the agent
-starts (inside the sandbox, linking to a file on another mount fails with EXDEV).
+starts (inside the sandbox, linking to a file on another mount fails with EXDEV). A parent
+swapped for a link to a host directory can let `resolve()` read a host symlink's target,
+which steers it only to another path inside the workspace (then checked and opened as any
+other) or to an error; nothing outside is opened. grep runs in the sandbox instead (grep.py).
 """
 
 from __future__ import annotations
@@ -74,12 +86,11 @@ def resolve(root: str, path: str, *, follow_final: bool = True) -> tuple[str, ..
                 raise _outside(path, "climbs out of the workspace with '..'")
             out.pop()
             continue
-        host = os.path.join(root, *out, name)
-        if (todo or follow_final) and os.path.islink(host):
+        target = _readlink(os.path.join(root, *out, name)) if todo or follow_final else None
+        if target is not None:
             links += 1
             if links > _MAX_LINKS:
                 raise ToolError("invalid_arguments", f"{path!r}: too many levels of symbolic links")
-            target = os.readlink(host)
             if target.startswith("/"):
                 if target != WORKSPACE_MOUNT and not target.startswith(WORKSPACE_MOUNT + "/"):
                     raise _outside(path, "resolves through a symlink to a location outside the workspace")
@@ -88,6 +99,28 @@ def resolve(root: str, path: str, *, follow_final: bool = True) -> tuple[str, ..
             continue
         out.append(name)
     return tuple(out)
+
+
+def _readlink(host: str) -> str | None:
+    """The target if `host` is a symlink, else None. One call, no islink() first: a command
+    can swap a link and a directory between two calls (EINVAL); what is not a link here is
+    opened later as a plain name, with O_NOFOLLOW, so a swap after this point fails there."""
+    try:
+        return os.readlink(host)
+    except OSError:
+        return None
+
+
+def check_writable(readonly_paths: tuple[str, ...], parts: tuple[str, ...], path: str) -> None:
+    """Refuse a write at resolved `parts` under any of `readonly_paths` (relative paths, compared
+    component by component and case-exactly: `.gitignore` and `.GIT` are not `.git`)."""
+    for ro in readonly_paths:
+        ro_parts = tuple(c for c in ro.split("/") if c not in ("", "."))
+        if ro_parts and parts[:len(ro_parts)] == ro_parts:
+            where = "is" if len(parts) == len(ro_parts) else "is under"
+            raise ToolError("path_read_only", f"{path!r} {where} {ro}, which is read-only in this workspace "
+                            "(an in-place workspace protects the checkout's git metadata and virtualenvs); "
+                            "tools and commands may read it but not change it")
 
 
 def display(parts: tuple[str, ...]) -> str:
@@ -161,9 +194,10 @@ def read_bytes(root: str, parts: tuple[str, ...], *, path: str, max_bytes: int) 
         except OSError as e:
             raise _os_error(e, path) from None
     with os.fdopen(fd, "rb") as f:
-        if not stat_mod.S_ISREG(os.fstat(f.fileno()).st_mode):
+        st = os.fstat(f.fileno())
+        if not stat_mod.S_ISREG(st.st_mode):
             raise ToolError("not_a_file", f"{path!r} is not a regular file")
-        return f.read(max_bytes + 1)[:max_bytes]
+        return f.read(min(st.st_size, max_bytes) + 1)[:max_bytes]  # read(n) allocates n bytes up front
 
 
 def write_bytes(root: str, parts: tuple[str, ...], data: bytes, *, path: str) -> bool:

@@ -9,6 +9,9 @@ A non-zero exit code is a normal result (ok=True, the code is in the output): fa
 are information for the agent, not a misuse of the tool. A timeout or an out-of-memory
 kill is a failed call (ok=False, error_kind "timeout" / "oom") that still shows the output.
 
+A command line is at most `MAX_COMMAND_BYTES` (the kernel takes at most 128 KiB per
+argument); longer scripts go into a file with write_file first.
+
 Left out: background processes (everything an exec starts is gone when it returns),
 interactive stdin.
 """
@@ -17,8 +20,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from opencomposer.harness.tools.base import ToolError, ToolSpec, params
+from opencomposer.harness.tools.base import ToolError, ToolSpec, params, printable
 
+MAX_COMMAND_BYTES = 100_000
 
 def head_tail(text: str, head: int, tail: int) -> str:
     """Keep the first `head` and last `tail` bytes of text (UTF-8), marking what was cut."""
@@ -35,10 +39,11 @@ def format_exec(result, head: int, tail: int) -> str:
     """The model-facing text of an ExecResult."""
     code = "none (killed)" if result.exit_code is None else str(result.exit_code)
     out = [f"exit code: {code}"]
+    # printable first: a backend may hand over undecodable bytes as surrogates, which UTF-8 cannot cut
     if result.stdout:
-        out.append("--- stdout ---\n" + head_tail(result.stdout, head, tail).rstrip("\n"))
+        out.append("--- stdout ---\n" + head_tail(printable(result.stdout), head, tail).rstrip("\n"))
     if result.stderr:
-        out.append("--- stderr ---\n" + head_tail(result.stderr, head, tail).rstrip("\n"))
+        out.append("--- stderr ---\n" + head_tail(printable(result.stderr), head, tail).rstrip("\n"))
     if not result.stdout and not result.stderr:
         out.append("(no output)")
     if result.output_truncated:
@@ -51,6 +56,9 @@ async def run_terminal_cmd(box, args: dict) -> str:
     command = args["command"]
     if not command.strip():
         raise ToolError("invalid_arguments", "argument 'command' is empty")
+    if (size := len(command.encode("utf-8"))) > MAX_COMMAND_BYTES:
+        raise ToolError("invalid_arguments", f"the command is {size:,} bytes, over the {MAX_COMMAND_BYTES:,}-byte "
+                        "limit of a command line; write the script to a file with write_file and run that")
     timeout = args.get("timeout_s", cfg.terminal_timeout_s)
     if timeout > cfg.terminal_max_timeout_s:
         raise ToolError("invalid_arguments",

@@ -4,6 +4,9 @@ Items have a stable integer id, a text and a status (pending, in_progress, compl
 cancelled). Every call answers with the whole list, so the agent always sees its plan.
 `TodoList.unfinished()` (pending + in_progress) feeds the reward's auxiliary terms: an agent
 that ends with open items it wrote itself probably did not finish.
+
+The list is bounded (`MAX_ITEMS` items of at most `MAX_ITEM_CHARS` characters), since every
+call returns all of it.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from dataclasses import dataclass, field
 from opencomposer.harness.tools.base import ToolError, ToolSpec, params
 
 STATUSES = ("pending", "in_progress", "completed", "cancelled")
+MAX_ITEMS, MAX_ITEM_CHARS = 100, 1_000
 
 
 @dataclass
@@ -53,6 +57,10 @@ async def todo(box, args: dict) -> str:
         texts = [t.strip() for t in args.get("items", [])]
         if not texts or not all(texts):
             raise ToolError("invalid_arguments", "action 'add' needs 'items': a list of non-empty task texts")
+        if len(todos.items) + len(texts) > MAX_ITEMS:
+            raise ToolError("invalid_arguments", f"the list holds {len(todos.items)} items and would hold "
+                            f"{len(todos.items) + len(texts)}; at most {MAX_ITEMS} are kept: finish, cancel or "
+                            "merge items instead")
         next_id = max((i.id for i in todos.items), default=0) + 1
         todos.items += [TodoItem(next_id + k, text) for k, text in enumerate(texts)]
     elif action == "update":
@@ -73,8 +81,9 @@ TODO_TOOL = ToolSpec(
     "every item before you stop.",
     params(["action"],
            action={"type": "string", "enum": ["add", "update", "complete", "list"]},
-           items={"type": "array", "items": {"type": "string"}, "description": "Task texts to add (action 'add')."},
+           items={"type": "array", "items": {"type": "string", "maxLength": MAX_ITEM_CHARS},
+                  "description": "Task texts to add (action 'add')."},
            id={"type": "integer", "description": "Item id (actions 'update' and 'complete')."},
            status={"type": "string", "enum": list(STATUSES), "description": "New status (action 'update')."},
-           content={"type": "string", "description": "New text (action 'update')."}),
+           content={"type": "string", "maxLength": MAX_ITEM_CHARS, "description": "New text (action 'update')."}),
     todo)
