@@ -205,7 +205,7 @@ class Trajectory:
         return cls(**d)
 
     def to_json(self, experts: bool = True) -> str:
-        return json.dumps(self.to_dict(experts), ensure_ascii=False)
+        return _dumps(self.to_dict(experts))
 
     # ------------------------------------------------------------------ files
 
@@ -225,13 +225,13 @@ class Trajectory:
                 np.savez(f, **arrays)
             os.replace(tmp, npz)
         tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json.dumps(d, ensure_ascii=False))
+        tmp.write_text(_dumps(d), encoding="utf-8")
         os.replace(tmp, path)
 
     @classmethod
     def load(cls, path: Path | str) -> "Trajectory":
         path = Path(path)
-        d = json.loads(path.read_text())
+        d = json.loads(path.read_text(encoding="utf-8"))
         npz_name = d.pop("experts_file", None)
         traj = cls.from_dict(d)
         if npz_name:
@@ -239,6 +239,18 @@ class Trajectory:
                 for key in arrays.files:
                     traj.segments[int(key[3:])].routed_experts = arrays[key]
         return traj
+
+
+def _dumps(d: dict) -> str:
+    """JSON as readable UTF-8; with \\u escapes where text holds lone surrogates (a chat
+    policy's reply or a file name that is not UTF-8), which UTF-8 cannot encode but JSON
+    escapes carry exactly."""
+    text = json.dumps(d, ensure_ascii=False)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return json.dumps(d)
+    return text
 
 
 def experts_path(path: Path) -> Path:

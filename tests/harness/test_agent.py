@@ -383,3 +383,13 @@ async def test_file_names_that_are_not_utf8_do_not_end_the_rollout(tmp_path, tok
         outputs = [m["content"] for m in t.messages if m["role"] == "tool"]
         assert all("\\xff" in o and "caf\\xe9.py" in o and "\\xed\\xa0\\x80" in o for o in outputs), outputs
         json.dumps(t.messages).encode("utf-8")
+
+
+def test_trajectory_with_lone_surrogates_saves_and_loads_exactly(tmp_path):
+    """A chat policy's reply (or a non-UTF-8 file name in a patch) may hold lone surrogates."""
+    t = Trajectory(id="s", final_message="caf\udce9 \ud800", patch="diff --git a/\udcff b/\udcff\n")
+    t.save(tmp_path / "t.json")
+    back = Trajectory.load(tmp_path / "t.json")
+    assert (back.final_message, back.patch) == (t.final_message, t.patch)
+    write_jsonl([t], tmp_path / "t.jsonl")
+    assert read_jsonl(tmp_path / "t.jsonl")[0].final_message == t.final_message
