@@ -44,6 +44,7 @@ failing policy call (the caller decides; evaluation retries on rerun).
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import copy
 import time
 import uuid
@@ -279,8 +280,10 @@ class _ChatContext:
 class _TokenContext:
     """The current segment for a token-level policy: messages plus exact token arrays."""
 
-    def __init__(self, policy: TokenPolicy, tools: list[dict], tok: Tokenizer, config: AgentConfig):
+    def __init__(self, policy: TokenPolicy, tools: list[dict], tok: Tokenizer, config: AgentConfig,
+                 sampling_seed: int | None = None):
         self.policy, self.tools, self.tok, self.config = policy, tools, tok, config
+        self.sampling_seed, self.requests = sampling_seed, 0
         self.segment = Segment()
         self._experts: list[tuple[int, np.ndarray | None]] = []  # chunks, joined by sync()
         self.budget = config.max_new_tokens  # set by the loop before each generation
@@ -310,9 +313,11 @@ class _TokenContext:
     async def generate(self, turn: int) -> _Turn:
         self._extend(generation_prompt_ids(self.tok))
         prompt = list(self.segment.token_ids)
+        seed = None if self.sampling_seed is None else derive_seed(self.sampling_seed, self.requests)
+        self.requests += 1
         sampling = SamplingParams(temperature=self.config.temperature, top_p=self.config.top_p,
                                   top_k=self.config.top_k, max_new_tokens=self.budget,
-                                  stop_token_ids=tuple(stop_token_ids(self.tok)))
+                                  stop_token_ids=tuple(stop_token_ids(self.tok)), seed=seed)
         res = await self.policy.generate(prompt, sampling)
         out = list(res.output_ids)
         full = finish_generated(self.tok, out)
@@ -334,14 +339,20 @@ class _TokenContext:
         self.segment.routed_experts = np.concatenate(parts)
 
 
-def _context_for(policy, tools: list[dict], tok: Tokenizer, config: AgentConfig):
+def _context_for(policy, tools: list[dict], tok: Tokenizer, config: AgentConfig, sampling_seed: int | None):
     # by the methods alone: `name` (and `prices`) are optional in practice
     if callable(getattr(policy, "generate", None)) and getattr(policy, "tokenizer", None) is not None:
-        return _TokenContext(policy, tools, tok, config)
+        return _TokenContext(policy, tools, tok, config, sampling_seed)
     if callable(getattr(policy, "chat", None)):
         return _ChatContext(policy, tools, tok, config)
     raise ConfigError(f"{type(policy).__name__} is not a policy: it needs `async chat(messages, tools)` "
                       "(chat level) or `tokenizer` and `async generate(input_ids, sampling)` (token level)")
+
+
+def derive_seed(seed: int, *parts: object) -> int:
+    """A 63-bit seed for one request or episode, from a base seed and what identifies it."""
+    digest = hashlib.blake2b(":".join(map(str, (seed, *parts))).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") >> 1
 
 
 # ----------------------------------------------------------------------------- the loop
@@ -352,12 +363,15 @@ class Agent:
     def __init__(self, policy, workspace, config: AgentConfig | None = None, *,
                  tool_config: ToolConfig | None = None, tokenizer: Tokenizer | None = None,
                  trajectory_id: str | None = None, task_id: str | None = None,
-                 save_path: Path | str | None = None, meta: dict | None = None):
+                 save_path: Path | str | None = None, meta: dict | None = None, sampling_seed: int | None = None):
+        """sampling_seed: the episode's generation requests get seeds derived from it (a token-level
+        policy samples the same tokens for the same seed, alone or batched), so a seeded run
+        repeats its episodes whatever else the engine serves; None: unseeded."""
         self.config = config or AgentConfig()
         self.toolbox = ToolBox(workspace, tool_config, tools=self.config.tools)
         self.tok = getattr(policy, "tokenizer", None) or tokenizer or bundled_tokenizer()
         self.tools = self.toolbox.schemas(compact=self.config.compact_tools)
-        self.ctx = _context_for(policy, self.tools, self.tok, self.config)
+        self.ctx = _context_for(policy, self.tools, self.tok, self.config, sampling_seed)
         self.save_path = Path(save_path) if save_path else None
         prices = getattr(policy, "prices", None)
         self.trajectory = Trajectory(

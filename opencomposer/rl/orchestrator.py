@@ -155,6 +155,7 @@ class Orchestrator:
                 raise ValueError("give make_policy (local rollouts) or run_group_fn")
             run_group_fn = self._local_group_fn(make_policy, backend)
         self.run_group_fn = run_group_fn
+        self.seed = seed
         self.cursor = DataCursor(list(self.tasks), seed=seed, shuffle=cfg.shuffle)
         self.max_steps, self.on_step = max_steps, on_step
         self.version = trainer.version
@@ -182,7 +183,7 @@ class Orchestrator:
                 images[task.id] = await asyncio.to_thread(task_image, task, backend)
             return await run_group(task, make_policy, self.cfg.rollout, self.reward_cfg, backend=backend,
                                    image=images[task.id], group_id=group_id, start_version=start_version,
-                                   save_dir=save_dir)
+                                   save_dir=save_dir, seed=self.seed)
         return fn
 
     # ---------------------------------------------------------------- state

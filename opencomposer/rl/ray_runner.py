@@ -140,7 +140,8 @@ class RolloutActor:
         if task_dir not in self.images:
             self.images[task_dir] = await asyncio.to_thread(task_image, task, self.backend)
         return await run_group(task, lambda t: self.policy, self.rollout, self.cfg.reward, backend=self.backend,
-                               image=self.images[task_dir], group_id=group_id, start_version=start_version)
+                               image=self.images[task_dir], group_id=group_id, start_version=start_version,
+                               seed=self.cfg.run.seed)
 
     def node(self) -> str:
         return ray.get_runtime_context().get_node_id()

@@ -47,7 +47,7 @@ from typing import Callable
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from opencomposer.harness.agent import Agent, AgentConfig
+from opencomposer.harness.agent import Agent, AgentConfig, derive_seed
 from opencomposer.harness.trajectory import Trajectory
 from opencomposer.rl.buffer import Group, Sample
 from opencomposer.rl.rewards import RewardBreakdown, RewardConfig, RewardInputs, compute_reward
@@ -189,7 +189,8 @@ async def _grade_once(task: Task, patch: str, image, backend, cache: GradeCache 
 
 
 async def _attempt(task: Task, image, make_policy: PolicyFactory, cfg: RolloutConfig, reward_cfg: RewardConfig,
-                   traj_id: str, backend, save_dir: Path | None, grades: GradeCache | None = None) -> Rollout:
+                   traj_id: str, backend, save_dir: Path | None, grades: GradeCache | None = None,
+                   seed: int | None = None) -> Rollout:
     """One try: fresh fork, agent, diff, grade, reward. Raises on infrastructure failure."""
     from opencomposer.tasks.grade import workspace_patch
 
@@ -197,7 +198,8 @@ async def _attempt(task: Task, image, make_policy: PolicyFactory, cfg: RolloutCo
     try:
         agent = Agent(make_policy(task), ws, cfg.agent.model_copy(update={"max_wall_s": cfg.task_timeout_s}),
                       trajectory_id=traj_id, task_id=task.id,
-                      save_path=save_dir / f"{traj_id}.json" if save_dir else None)
+                      save_path=save_dir / f"{traj_id}.json" if save_dir else None,
+                      sampling_seed=None if seed is None else derive_seed(seed, traj_id))
         traj = await agent.run(task.spec.instruction)
         traj.patch = await asyncio.to_thread(workspace_patch, ws)
     finally:
@@ -214,13 +216,14 @@ async def _attempt(task: Task, image, make_policy: PolicyFactory, cfg: RolloutCo
 
 async def run_rollout(task: Task, image, make_policy: PolicyFactory, cfg: RolloutConfig, reward_cfg: RewardConfig,
                       *, rollout_id: str, backend=None, save_dir: Path | None = None,
-                      errors: list[str] | None = None, grades: GradeCache | None = None) -> Rollout | None:
+                      errors: list[str] | None = None, grades: GradeCache | None = None,
+                      seed: int | None = None) -> Rollout | None:
     """Up to `cfg.max_attempts` tries; None if every one failed (their errors appended to `errors`).
     Cancellation (a killed worker) is never swallowed."""
     for attempt in range(1, cfg.max_attempts + 1):
         try:
             rollout = await _attempt(task, image, make_policy, cfg, reward_cfg, f"{rollout_id}_a{attempt}",
-                                     backend, save_dir, grades)
+                                     backend, save_dir, grades, seed)
             rollout.attempts = attempt
             return rollout
         except Exception as e:  # infrastructure, not the model: retried on a fresh fork
@@ -231,8 +234,11 @@ async def run_rollout(task: Task, image, make_policy: PolicyFactory, cfg: Rollou
 
 async def run_group(task: Task, make_policy: PolicyFactory, cfg: RolloutConfig, reward_cfg: RewardConfig, *,
                     backend=None, image=None, group_id: str | None = None, start_version: int = 0,
-                    save_dir: Path | None = None) -> RolloutGroup:
-    """G concurrent rollouts of `task` from forks of the task image (built/cached on first use)."""
+                    save_dir: Path | None = None, seed: int | None = None) -> RolloutGroup:
+    """G concurrent rollouts of `task` from forks of the task image (built/cached on first use).
+
+    seed: each rollout's sampling is seeded from it and the rollout's id (group id, index,
+    attempt), so a seeded run samples the same episodes whatever runs beside them."""
     from opencomposer.tasks.build import task_image
 
     t0 = time.monotonic()
@@ -243,7 +249,7 @@ async def run_group(task: Task, make_policy: PolicyFactory, cfg: RolloutConfig, 
     grades: GradeCache | None = {} if cfg.share_grades else None
     done = await asyncio.gather(*(
         run_rollout(task, image, make_policy, cfg, reward_cfg, rollout_id=f"{gid}_r{i}", backend=backend,
-                    save_dir=save_dir, errors=group.errors, grades=grades)
+                    save_dir=save_dir, errors=group.errors, grades=grades, seed=seed)
         for i in range(cfg.group_size)))
     group.rollouts = [r for r in done if r is not None]
     group.failed = sum(r is None for r in done)
