@@ -323,7 +323,7 @@ def main() -> None:
                                               speculative_depth=spec_depth), args.new_tokens)
     if args.prompts and "spec" in runners:
         # Agent turns: both stop where the policy ends its turn, as in the agent loop.
-        from opencomposer.harness.chat import stop_token_ids
+        from opencomposer.model.chat import stop_token_ids
         from opencomposer.model.tokenizer import Tokenizer
 
         stop = tuple(stop_token_ids(Tokenizer.load(args.tokenizer or args.model)))

@@ -308,7 +308,7 @@ class Pipeline:
 
     # 1
     def _tokenizer(self) -> dict:
-        from opencomposer.harness.chat import render_tools
+        from opencomposer.model.chat import render_tools
         from opencomposer.harness.tools import TOOLS
         from opencomposer.model.tokenizer import code_corpus, train_tokenizer
         from opencomposer.tasks.demo_family import make_instance

@@ -8,7 +8,7 @@
   experts and policy versions out; logprobs_mode "processed" asks for the log-probabilities of
   the distribution actually sampled (temperature, top-p, top-k applied: what RL's ratio needs
   when it samples at a temperature other than 1). This is what RL rollouts use: the agent loop encodes the
-  conversation itself (harness/chat.py) and keeps the generated ids verbatim.
+  conversation itself (model/chat.py) and keeps the generated ids verbatim.
 - chat level, ``await client.chat(messages, tools=None, sampling=SamplingParams()) ->
   ChatResult``: OpenAI-format messages and tools in; a `ChatResult` out with
   ``message`` (the assistant message as an OpenAI dict: role, content (None when there are
@@ -60,7 +60,7 @@ from opencomposer.engine.protocol import (
 )
 from opencomposer.engine.types import GenerationRequest, GenerationResult, InferenceEngine, SamplingParams
 from opencomposer.errors import InferenceError
-from opencomposer.harness.chat import Message, encode_messages, parse_assistant, stop_token_ids
+from opencomposer.model.chat import Message, encode_messages, parse_assistant, stop_token_ids
 from opencomposer.model.tokenizer import Tokenizer
 
 

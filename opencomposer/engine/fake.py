@@ -29,7 +29,7 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from opencomposer.engine.types import GenerationRequest, GenerationResult
-from opencomposer.harness.chat import encode_turn
+from opencomposer.model.chat import encode_turn
 from opencomposer.model.tokenizer import Tokenizer
 
 

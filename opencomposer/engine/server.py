@@ -18,7 +18,7 @@ Endpoints (`create_app`; `opencomposer serve` runs it with uvicorn):
   (base64 int32, rows ``[routed_experts_start_len, P + T - 1)``, see protocol.py), and the
   opencomposer extensions ``routed_experts_shape`` ([rows, L_moe, K]), ``policy_versions``
   (per output token) and ``spec_accepted_tokens`` / ``spec_proposed_tokens``.
-- ``POST /v1/chat/completions`` (OpenAI): messages and tools through harness/chat.py's
+- ``POST /v1/chat/completions`` (OpenAI): messages and tools through model/chat.py's
   format; ``choices[i].message`` has content, tool_calls and reasoning_content;
   finish_reason "tool_calls" when the reply holds a valid call; ``stop`` strings are matched
   on the decoded reply; ``logprobs``; ``n``; vLLM's ``return_token_ids`` adds
@@ -85,7 +85,7 @@ from opencomposer.engine.requests import (
 )
 from opencomposer.engine.types import GenerationRequest, GenerationResult, InferenceEngine, SamplingParams
 from opencomposer.errors import CheckpointError, ConfigError, MessageError
-from opencomposer.harness.chat import encode_messages
+from opencomposer.model.chat import encode_messages
 from opencomposer.model.tokenizer import Tokenizer
 
 log = logging.getLogger(__name__)

@@ -19,7 +19,7 @@ Two kinds of policy:
   deterministic policies in `opencomposer.tasks.policies`). Token counts come from the
   reply's usage when it has one, else from the loop's tokenizer.
 - `TokenPolicy`: token ids in, `GenerationResult` out (the engine seam). The loop encodes
-  the conversation itself with the chat template (harness/chat.py), append-only, and keeps
+  the conversation itself with the chat template (model/chat.py), append-only, and keeps
   every generated id verbatim, never re-tokenised, with its behaviour logprob, routed
   experts and policy version; what the loop inserts (prompt, tool results, summary
   requests, role tokens) has loss mask 0. This is the record RL trains on
@@ -57,7 +57,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from opencomposer.engine.types import GenerationResult, SamplingParams, behaviour_logprobs_mode
 from opencomposer.errors import ConfigError
-from opencomposer.harness.chat import (
+from opencomposer.model.chat import (
     Message, encode_messages, encode_turn, finish_generated, generation_prompt_ids, parse_assistant,
     stop_token_ids, summarized_context, summary_request_message, tool_result_message,
 )

@@ -1,6 +1,6 @@
 """Byte-level BPE tokenizer for code, trained with Hugging Face `tokenizers`.
 
-What it is: the tokenizer the model, the engine, the chat format (harness/chat.py), SFT and
+What it is: the tokenizer the model, the engine, the chat format (model/chat.py), SFT and
 RL share. It is a GPT-2-style byte-level BPE (any byte string round-trips: no unknown
 token, no normalisation, so tabs, trailing spaces and unicode come back exactly), with a
 pre-tokenizer tuned for source code:
@@ -17,7 +17,7 @@ added special tokens. Encoding *plain text* never produces them: a user message 
 contains the literal string "<|im_end|>" encodes as the ordinary bytes of that string
 (`encode_special_tokens`, HF's `split_special_tokens`), which closes prompt injection and
 keeps chat encoding append-only. Structure tokens enter a sequence only by id, from
-harness/chat.py. (The pre-tokenizer also never puts a whole special string into one
+model/chat.py. (The pre-tokenizer also never puts a whole special string into one
 pre-token, so BPE merges cannot rebuild one either.)
 
 `code_corpus()` gathers real Python sources from this machine (the standard library by
@@ -31,7 +31,7 @@ training is deterministic (two runs give the same file). `bundled_tokenizer()` l
 
 Left out: a chat template in Jinja for `transformers.apply_chat_template` (it would
 re-tokenize special strings as text, since special strings are split here; use
-harness/chat.py), byte fallback / unknown tokens (not needed with byte-level BPE),
+model/chat.py), byte fallback / unknown tokens (not needed with byte-level BPE),
 fill-in-the-middle tokens (reserved ids are kept for them), incremental streaming decode.
 """
 

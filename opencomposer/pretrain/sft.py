@@ -61,7 +61,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from opencomposer.device import DeviceName, resolve_device
 from opencomposer.errors import ConfigError
 from opencomposer.harness.agent import Agent, AgentConfig
-from opencomposer.harness.chat import encode_with_mask
+from opencomposer.model.chat import encode_with_mask
 from opencomposer.harness.trajectory import Trajectory, read_jsonl, write_jsonl
 from opencomposer.model import Transformer, load_pretrained
 from opencomposer.model.mtp import mtp_loss

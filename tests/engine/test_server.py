@@ -19,7 +19,7 @@ import torch
 
 from opencomposer.engine.fake import FakeEngine, assistant_reply
 from opencomposer.engine.server import create_app
-from opencomposer.harness.chat import encode_messages, stop_token_ids
+from opencomposer.model.chat import encode_messages, stop_token_ids
 from opencomposer.model import ModelConfig, Transformer, save_pretrained
 from opencomposer.model.tokenizer import BOS, END, bundled_tokenizer
 

@@ -13,7 +13,7 @@ import yaml
 
 from opencomposer.errors import ConfigError
 from opencomposer.harness.agent import Agent
-from opencomposer.harness.chat import encode_turn
+from opencomposer.model.chat import encode_turn
 from opencomposer.harness.trajectory import read_jsonl
 from opencomposer.model import ModelConfig, Transformer, load_pretrained, save_pretrained
 from opencomposer.model.tokenizer import ASSISTANT, END, bundled_tokenizer

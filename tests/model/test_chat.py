@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 
 from opencomposer.errors import MessageError
-from opencomposer.harness.chat import (
+from opencomposer.model.chat import (
     SUMMARY_PREFIX, ChatToolCall, Message, encode_messages, encode_turn, encode_with_mask, finish_generated,
     generation_prompt_ids, parse_assistant, parse_conversation, render_messages, stop_token_ids,
     summarized_context, summary_request_message, tool_result_message,
