@@ -425,7 +425,7 @@ class Transformer(nn.Module):
                 return_key_values: bool = False) -> ModelOutput:
         """input_ids [B, T] -> ModelOutput. See the module docstring for the cached mode and replay.
 
-        Full recompute with a differentiable prefix (rl/packing.py shares a group's prompt this
+        Full recompute with a differentiable prefix (training/packing.py shares a group's prompt this
         way): past_key_values, per layer (k [B, G, P', C], v), are keys/values of P' earlier
         positions that the T new tokens attend to before their own; position_ids [B, T] place the
         new tokens; attention_mask [B, 1, T, P'+T] (bool, True = query t sees key p; default

@@ -69,7 +69,7 @@ from opencomposer.model.tokenizer import TOKENIZER_FILE, Tokenizer, bundled_toke
 from opencomposer.pretrain import checkpoint as ckpt
 from opencomposer.pretrain.config import MTPConfig, OptimConfig, PhaseConfig
 from opencomposer.pretrain.train import Metrics, lr_at, make_optimizer
-from opencomposer.rl.packing import forward_packed, pack
+from opencomposer.training.packing import forward_packed, pack
 
 _CACHE_VERSION = 1  # bump when rendering changes meaning
 TRAJECTORIES = "trajectories.jsonl"
@@ -337,7 +337,7 @@ def collate(examples: list[tuple[np.ndarray, np.ndarray]], pad_id: int) -> tuple
 def hidden_states(model: Transformer, ids_BL: torch.Tensor, lengths_B: list[int] | None) -> torch.Tensor:
     """The final hidden states [B, L-1, D] of the inputs ids_BL[:, :-1] (right-padded, on the host),
     computed on the model's device. With the examples' lengths, the batch's common prefix (the
-    system turn every example starts with) runs once: rl/packing.py's two calls, gathered back
+    system turn every example starts with) runs once: training/packing.py's two calls, gathered back
     (exact up to float rounding)."""
     device = model.lm_head.weight.device
     if lengths_B is None:

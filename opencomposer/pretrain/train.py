@@ -35,7 +35,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
-import math
 import os
 import time
 from dataclasses import dataclass
@@ -57,6 +56,7 @@ from opencomposer.model.mtp import mtp_loss
 from opencomposer.pretrain import checkpoint as ckpt
 from opencomposer.pretrain.config import MTPConfig, PhaseConfig, PretrainConfig, dump_config
 from opencomposer.pretrain.data import Batches, PackedSequences, TokenCorpus, eval_sequences, load_tokenizer
+from opencomposer.training.schedule import warmup_cosine_lr
 
 STATS = ("loss_main", "loss_mtp", "mtp_agree")  # what PretrainLoss reports besides the loss
 
@@ -163,17 +163,6 @@ def _sync(runner: nn.Module, last: bool, sharded: bool) -> contextlib.AbstractCo
 def lr_at(phase: PhaseConfig, step: int) -> float:
     """Linear warmup over warmup_steps, then cosine from lr to lr * min_lr_ratio at the last step."""
     return warmup_cosine_lr(phase.lr, step, phase.warmup_steps, phase.steps, phase.min_lr_ratio)
-
-
-def warmup_cosine_lr(lr: float, step: int, warmup_steps: int, steps: int, min_lr_ratio: float) -> float:
-    """The lr of step `step` (0-based) of `steps`: linear warm-up, then cosine to lr * min_lr_ratio
-    at the last step (pretraining, SFT and the RL trainer share it)."""
-    if step < warmup_steps:
-        return lr * (step + 1) / warmup_steps
-    span = max(steps - 1 - warmup_steps, 1)
-    progress = min((step - warmup_steps) / span, 1.0)
-    floor = lr * min_lr_ratio
-    return floor + (lr - floor) * 0.5 * (1 + math.cos(math.pi * progress))
 
 
 def extended_config(base: ModelConfig, yarn_factor: float | None) -> ModelConfig:

@@ -11,7 +11,7 @@
   4. drop the samples whose advantage is 0 (all of a degenerate group's): their loss and
      gradient are 0, so not running them changes nothing but the time (unless KL is in the
      loss; train.skip_zero_advantage); the normalisers below stay the whole batch's;
-  5. per micro-batch (whole groups, their shared prefix run once: rl/packing.py): forward with router replay (the engine's experts, the plausibility
+  5. per micro-batch (whole groups, their shared prefix run once: training/packing.py): forward with router replay (the engine's experts, the plausibility
      threshold train.replay_min_ratio; replaced experts counted), log π_θ(target) of
      logits / temperature, losses.policy_loss, backward of the loss scaled so the sum over
      micro-batches is the full-batch loss (below);
@@ -56,8 +56,9 @@ from opencomposer.model import ModelConfig, Transformer, load_pretrained
 from opencomposer.rl.advantages import AdvantageConfig, compute_advantages, degenerate_groups
 from opencomposer.rl.buffer import Group, Sample
 from opencomposer.rl.losses import PolicyLossConfig, kl_in_reward, policy_loss
-from opencomposer.rl.packing import Packed, forward_packed, pack
 from opencomposer.rl.rewards import RewardConfig
+from opencomposer.training.packing import Packed, forward_packed, pack
+from opencomposer.training.schedule import warmup_cosine_lr
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
@@ -232,7 +233,7 @@ class Trainer:
         return logp_BT, ent_U[inv_M], replaced
 
     def _micro_batches(self, samples: Sequence[Sample], batch: Batch) -> list[tuple[int, int, Packed | None]]:
-        """Sample ranges [i, j) per forward; packed, they hold whole groups (rl/packing.py)."""
+        """Sample ranges [i, j) per forward; packed, they hold whole groups (training/packing.py)."""
         B, mbs = len(samples), self.train_cfg.micro_batch_size
         if not self.train_cfg.pack_prefixes:
             return [(i, min(i + mbs, B), None) for i in range(0, B, mbs)]
@@ -401,8 +402,6 @@ class Trainer:
     def lr_at(self, step: int) -> float:
         """The learning rate of step `step` (0-based): linear warm-up, then constant, or a cosine
         decay to lr x optim.min_lr_ratio at train.max_steps."""
-        from opencomposer.pretrain.train import warmup_cosine_lr
-
         o, total = self.train_cfg.optim, self.train_cfg.max_steps
         if step >= o.warmup_steps and (o.min_lr_ratio is None or not total or total <= o.warmup_steps):
             return o.lr  # constant after the warm-up

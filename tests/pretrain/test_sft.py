@@ -170,7 +170,7 @@ def test_config_without_data_is_refused(tmp_path, base_model):
 
 @pytest.mark.parametrize("with_mtp", [False, True])
 def test_a_batch_sharing_its_system_turn_gives_the_unpacked_loss_and_gradients(collected, base_model, with_mtp):
-    """sft_loss with the examples' lengths runs the common prefix once (rl/packing.py); loss and
+    """sft_loss with the examples' lengths runs the common prefix once (training/packing.py); loss and
     gradients are those of the plain padded forward."""
     from opencomposer.pretrain.config import MTPConfig
     from opencomposer.pretrain.sft import collate, sft_loss

@@ -9,7 +9,7 @@ import torch
 
 from opencomposer.config import TrainConfig
 from opencomposer.rl.buffer import Group, Sample
-from opencomposer.rl.packing import common_prefix, forward_packed, pack
+from opencomposer.training.packing import common_prefix, forward_packed, pack
 from opencomposer.rl.rewards import RewardConfig
 from opencomposer.rl.trainer import Trainer
 
