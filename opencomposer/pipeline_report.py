@@ -17,10 +17,21 @@ from __future__ import annotations
 import html
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any, Protocol, Sequence
 
-if TYPE_CHECKING:
-    from opencomposer.pipeline import Pipeline
+
+class DemoRun(Protocol):
+    """What the report reads of a pipeline run (`pipeline.Pipeline` is one); the report is the
+    pipeline's last stage, so it names the run's shape here instead of importing the pipeline."""
+
+    STAGES: Sequence[str]
+    cfg: Any  # pipeline.PipelineConfig
+    out: Path
+    paths: dict[str, Path]
+
+    def record(self, name: str) -> dict | None: ...
+
+    def model_dict(self) -> dict[str, Any]: ...
 
 REWARD_KEYS = ("reward/total_mean", "reward/mean", "rewards/mean", "reward_mean")
 
@@ -88,7 +99,7 @@ def outcomes(eval_dir: Path, suite: Path) -> dict[str, int]:
     return out
 
 
-def write_demo_report(p: "Pipeline") -> dict:
+def write_demo_report(p: DemoRun) -> dict:
     """Write the report (module docstring); returns the headline figures."""
     from opencomposer.eval.report import write_report
 
@@ -119,7 +130,7 @@ def write_demo_report(p: "Pipeline") -> dict:
     return {k: v for k, v in summary.items() if k != "stage_wall_s"}
 
 
-def readme(p: "Pipeline", s: dict, rec: dict, key: str) -> str:
+def readme(p: DemoRun, s: dict, rec: dict, key: str) -> str:
     cfg = p.cfg
     m = p.model_dict()
     times = "\n".join(f"| {n} | {t:.0f} s |" for n, t in s["stage_wall_s"].items())

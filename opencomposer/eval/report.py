@@ -40,6 +40,7 @@ from typing import Sequence
 
 from opencomposer.errors import ConfigError
 from opencomposer.eval import viewer
+from opencomposer.eval.results import PARTIAL, RUN, TRAJECTORIES, read_rows
 from opencomposer.eval.viewer import esc
 
 # ----------------------------------------------------------------------------- metrics
@@ -98,7 +99,6 @@ class Run:
     """One evaluation directory, loaded."""
 
     def __init__(self, path: Path):
-        from opencomposer.eval.run import PARTIAL, RUN, TRAJECTORIES, read_rows
         from opencomposer.harness.trajectory import Trajectory, read_jsonl
 
         self.path = Path(path)

@@ -39,7 +39,7 @@ import asyncio
 import fnmatch
 import json
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 from typing import Callable
 
@@ -47,11 +47,12 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from opencomposer.device import DeviceName, resolve_device
 from opencomposer.errors import ConfigError
+from opencomposer.eval.report import summarize
+from opencomposer.eval.results import PARTIAL, RESULTS, RUN, SUMMARY, TRAJECTORIES, Row, read_rows
 from opencomposer.harness.agent import Agent, AgentConfig, ChatClientPolicy, TokenClientPolicy
 from opencomposer.harness.trajectory import Prices, Trajectory, write_jsonl
 from opencomposer.tasks.task import VENV_DIR, Suite, Task
 
-RESULTS, TRAJECTORIES, RUN, SUMMARY, PARTIAL = "results.jsonl", "trajectories.jsonl", "run.json", "results.json", "partial"
 
 
 class EvalOptions(BaseModel):
@@ -85,35 +86,6 @@ class EvalOptions(BaseModel):
     """Where an engine: policy's model runs: auto (a GPU if torch sees one), cpu, cuda (opencomposer/device.py)."""
     agent: AgentConfig = AgentConfig()
     """The agent loop's limits; max_wall_s is replaced by task_timeout_s."""
-
-
-@dataclass
-class Row:
-    """One graded episode (one line of results.jsonl)."""
-
-    task_id: str
-    pass_index: int
-    trajectory_id: str
-    status: str
-    """"done", or "error" (not graded: rerun the evaluation to retry it)."""
-    resolved: bool = False
-    reward: float = 0.0
-    f2p_passed: int = 0
-    f2p_total: int = 0
-    p2p_passed: int = 0
-    p2p_total: int = 0
-    grade_reason: str | None = None
-    stop_reason: str | None = None
-    error: str | None = None
-    turns: int = 0
-    tool_calls: int = 0
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    cost_usd: float = 0.0
-    agent_s: float = 0.0
-    grade_s: float = 0.0
-    patch_lines: int = 0
-    extra: dict = field(default_factory=dict)
 
 
 # ----------------------------------------------------------------------------- policies
@@ -248,19 +220,6 @@ async def run_episode(task: Task, pass_index: int, make_policy: PolicyFactory, o
 
 # ----------------------------------------------------------------------------- the run
 
-def read_rows(out: Path) -> list[Row]:
-    """Rows of results.jsonl; the last row of a task x pass wins (a rerun after an error)."""
-    path = out / RESULTS
-    if not path.is_file():
-        return []
-    rows: dict[tuple[str, int], Row] = {}
-    for line in path.read_text().splitlines(keepends=True):
-        if line.endswith("\n"):  # a line cut by a crash is not a result
-            r = Row(**json.loads(line))
-            rows[(r.task_id, r.pass_index)] = r
-    return list(rows.values())
-
-
 def _check_resume(out: Path, options: EvalOptions) -> None:
     run = out / RUN
     if not run.is_file():
@@ -274,8 +233,6 @@ def _check_resume(out: Path, options: EvalOptions) -> None:
 
 async def evaluate(options: EvalOptions, out: Path | str, *, backend=None, progress: bool = True) -> dict:
     """Run the evaluation into `out` (see the module docstring); returns results.json's content."""
-    from opencomposer.eval.report import summarize
-
     out = Path(out)
     suite = Suite.load(options.suite)
     tasks = [t for t in suite.tasks if any(fnmatch.fnmatch(t.id, g) for g in options.tasks)]

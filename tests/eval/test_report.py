@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from opencomposer.cli import app
 from opencomposer.eval.report import pareto_front, pass_at_k, summarize
-from opencomposer.eval.run import RESULTS, RUN, TRAJECTORIES, Row
+from opencomposer.eval.results import RESULTS, RUN, TRAJECTORIES, Row
 from opencomposer.harness.trajectory import Segment, Trajectory, write_jsonl
 
 EVIL = "<script>document.title='PWNED'</script><img src=x onerror=\"document.title='PWNED-IMG'\">"

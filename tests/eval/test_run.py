@@ -9,7 +9,8 @@ from typer.testing import CliRunner
 
 from opencomposer.cli import app
 from opencomposer.eval import run as run_mod
-from opencomposer.eval.run import EvalOptions, evaluate, read_rows
+from opencomposer.eval.results import read_rows
+from opencomposer.eval.run import EvalOptions, evaluate
 from opencomposer.harness.trajectory import Trajectory, read_jsonl
 from opencomposer.tasks.policies import ScriptedPolicy
 from opencomposer.tasks.task import Suite
