@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from opencomposer.model.model import Experts
+from opencomposer.model.model import Experts, grouped_experts
 
 
 def available() -> bool:
@@ -105,7 +105,7 @@ class PackedLinear(nn.Module):
 
 
 class PackedExperts(Experts):
-    """Experts (model.py) with each expert's two matrices packed; the same grouped algorithm."""
+    """Experts (model.py) with each expert's two matrices packed; the same grouped loop (`grouped_experts`)."""
 
     def __init__(self, experts: Experts):
         nn.Module.__init__(self)
@@ -117,21 +117,12 @@ class PackedExperts(Experts):
         if torch.is_grad_enabled() and self.gate_up_proj.requires_grad:
             return super().forward(x_ND, w_NK, idx_NK)
         gate_up_E, down_E = self._packed.get()
-        K = idx_NK.shape[1]
-        e_M = idx_NK.reshape(-1)
-        order_M = torch.argsort(e_M, stable=True)
-        counts = torch.bincount(e_M, minlength=self.gate_up_proj.shape[0]).tolist()
-        tok_M = order_M // K
-        x_MD = x_ND[tok_M]
-        outs, start = [], 0
-        for e, n in enumerate(counts):
-            if n == 0:
-                continue
-            gate, up = linear(x_MD[start:start + n], gate_up_E[e], None).chunk(2, dim=-1)
-            outs.append(linear(F.silu(gate) * up, down_E[e], None))
-            start += n
-        y_MD = torch.cat(outs) * w_NK.reshape(-1)[order_M, None]
-        return torch.zeros_like(x_ND).index_add_(0, tok_M, y_MD.to(x_ND.dtype))
+
+        def expert(e: int, x_nD: torch.Tensor) -> torch.Tensor:
+            gate, up = linear(x_nD, gate_up_E[e], None).chunk(2, dim=-1)
+            return linear(F.silu(gate) * up, down_E[e], None)
+
+        return grouped_experts(x_ND, w_NK, idx_NK, self.gate_up_proj.shape[0], expert)
 
 
 def prepack(model: nn.Module) -> int:

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -243,21 +244,32 @@ class Experts(nn.Module):
         self.down_proj = nn.Parameter(torch.empty(E, D, F_))
 
     def forward(self, x_ND: torch.Tensor, w_NK: torch.Tensor, idx_NK: torch.Tensor) -> torch.Tensor:
-        K = idx_NK.shape[1]
-        e_M = idx_NK.reshape(-1)
-        order_M = torch.argsort(e_M, stable=True)
-        counts = torch.bincount(e_M, minlength=self.gate_up_proj.shape[0]).tolist()
-        tok_M = order_M // K
-        x_MD = x_ND[tok_M]
-        outs, start = [], 0
-        for e, n in enumerate(counts):
-            if n == 0:
-                continue
-            gate, up = F.linear(x_MD[start:start + n], self.gate_up_proj[e]).chunk(2, dim=-1)
-            outs.append(F.linear(F.silu(gate) * up, self.down_proj[e]))
-            start += n
-        y_MD = torch.cat(outs) * w_NK.reshape(-1)[order_M, None]
-        return torch.zeros_like(x_ND).index_add_(0, tok_M, y_MD.to(x_ND.dtype))
+        return grouped_experts(x_ND, w_NK, idx_NK, self.gate_up_proj.shape[0], self.expert)
+
+    def expert(self, e: int, x_nD: torch.Tensor) -> torch.Tensor:
+        """Expert e's SwiGLU over the n rows routed to it."""
+        gate, up = F.linear(x_nD, self.gate_up_proj[e]).chunk(2, dim=-1)
+        return F.linear(F.silu(gate) * up, self.down_proj[e])
+
+
+def grouped_experts(x_ND: torch.Tensor, w_NK: torch.Tensor, idx_NK: torch.Tensor, E: int,
+                    expert: Callable[[int, torch.Tensor], torch.Tensor]) -> torch.Tensor:
+    """sum_k w_nk * expert(idx_nk, x_n), running `expert(e, x_nD)` once per expert on the rows
+    routed to it (the loop every experts implementation shares: model.py's, the engine's packed one)."""
+    K = idx_NK.shape[1]
+    e_M = idx_NK.reshape(-1)
+    order_M = torch.argsort(e_M, stable=True)
+    counts = torch.bincount(e_M, minlength=E).tolist()
+    tok_M = order_M // K
+    x_MD = x_ND[tok_M]
+    outs, start = [], 0
+    for e, n in enumerate(counts):
+        if n == 0:
+            continue
+        outs.append(expert(e, x_MD[start:start + n]))
+        start += n
+    y_MD = torch.cat(outs) * w_NK.reshape(-1)[order_M, None]
+    return torch.zeros_like(x_ND).index_add_(0, tok_M, y_MD.to(x_ND.dtype))
 
 
 class MoE(nn.Module):
