@@ -216,67 +216,115 @@ def create_app(engine: InferenceEngine, tokenizer: Tokenizer, *, max_len: int, v
     request bodies get 413 (default: `default_body_limit(max_len)`)."""
     limit = max_body_bytes if max_body_bytes is not None else default_body_limit(max_len)
     srv = Server(engine, tokenizer, max_len=max_len, vocab_size=vocab_size, max_body_bytes=limit)
-    if update_from_disk is None:
-        def update_from_disk(path: str, version: int | None) -> int:
-            from opencomposer.model import load_pretrained
-
-            return engine.update_weights(load_pretrained(path).state_dict(), version)
-
+    routes = Routes(srv, model_name, update_from_disk or functools.partial(_load_state_dict, engine))
     app = FastAPI(title="opencomposer inference server", docs_url=None, redoc_url=None)
     app.state.server = srv
+    app.add_exception_handler(StarletteHTTPException, functools.partial(_http_error, srv))
+    for method, path, endpoint in routes.table():
+        app.add_api_route(path, guarded(srv, method, path, endpoint), methods=[method])
+    return app
 
-    @app.exception_handler(StarletteHTTPException)
-    async def _http_error(request: Request, exc: StarletteHTTPException):
-        srv.requests[(request.url.path if exc.status_code != 404 else "unknown", exc.status_code)] += 1
-        return error_response(exc.status_code, f"{request.method} {request.url.path}: {exc.detail}",
-                              "not_found_error" if exc.status_code == 404 else "invalid_request_error")
 
-    def route(method: str, path: str):
-        """Register a handler that answers every failure as a JSON error and counts requests."""
-        def wrap(fn):
-            @functools.wraps(fn)
-            async def handler(request: Request):
-                try:
-                    response = await fn(request)
-                except BadRequest as exc:
-                    response = error_response(exc.status, str(exc), "invalid_request_error")
-                except MessageError as exc:
-                    response = error_response(400, f"bad message: {exc}", "invalid_request_error")
-                except ClientDisconnect:  # nobody is left to answer: not a server error
-                    response = Response(status_code=CLIENT_CLOSED)
-                except RecursionError:  # a parsed body nested deeper than any field allows
-                    response = error_response(400, "request nests too deeply", "invalid_request_error")
-                except Exception as exc:  # the engine failed: report it, keep serving
-                    log.exception("%s %s failed", method, path)
-                    response = error_response(500, f"internal error: {type(exc).__name__}: {exc}", "internal_error")
-                srv.requests[(path, getattr(response, "status_code", 200))] += 1
-                return response
-            app.add_api_route(path, handler, methods=[method])
-            return handler
-        return wrap
+def _load_state_dict(engine: InferenceEngine, path: str, version: int | None) -> int:
+    """The default weight update: the checkpoint's state dict into `engine.update_weights`."""
+    from opencomposer.model import load_pretrained
 
-    @route("GET", "/health")
-    async def health(request: Request):
-        return JSONResponse({"status": "ok", "policy_version": engine.policy_version})
+    return engine.update_weights(load_pretrained(path).state_dict(), version)
 
-    @route("GET", "/v1/models")
-    async def models(request: Request):
+
+async def _http_error(srv: Server, request: Request, exc: StarletteHTTPException) -> Response:
+    """Starlette's own errors (no such route, wrong method) as JSON errors, counted."""
+    srv.requests[(request.url.path if exc.status_code != 404 else "unknown", exc.status_code)] += 1
+    return error_response(exc.status_code, f"{request.method} {request.url.path}: {exc.detail}",
+                          "not_found_error" if exc.status_code == 404 else "invalid_request_error")
+
+
+def guarded(srv: Server, method: str, path: str, fn: Callable[[Request], Any]) -> Callable[[Request], Any]:
+    """`fn` answering every failure as a JSON error (a bad request is the client's, anything else
+    the engine's: logged, and the server keeps serving), with each answer counted by status."""
+    @functools.wraps(fn)
+    async def handler(request: Request):
+        try:
+            response = await fn(request)
+        except BadRequest as exc:
+            response = error_response(exc.status, str(exc), "invalid_request_error")
+        except MessageError as exc:
+            response = error_response(400, f"bad message: {exc}", "invalid_request_error")
+        except ClientDisconnect:  # nobody is left to answer: not a server error
+            response = Response(status_code=CLIENT_CLOSED)
+        except RecursionError:  # a parsed body nested deeper than any field allows
+            response = error_response(400, "request nests too deeply", "invalid_request_error")
+        except Exception as exc:  # the engine failed: report it, keep serving
+            log.exception("%s %s failed", method, path)
+            response = error_response(500, f"internal error: {type(exc).__name__}: {exc}", "internal_error")
+        srv.requests[(path, getattr(response, "status_code", 200))] += 1
+        return response
+    return handler
+
+
+# ----------------------------------------------------------------------------- the routes
+
+
+class Routes:
+    """One method per endpoint: parse the body, check it against the server's limits, run the
+    engine, shape the answer in the API's format."""
+
+    def __init__(self, srv: Server, model_name: str, update_from_disk: Callable[[str, int | None], int]):
+        self.srv, self.model_name, self.update_from_disk = srv, model_name, update_from_disk
+
+    def table(self) -> list[tuple[str, str, Callable[[Request], Any]]]:
+        """(method, path, endpoint) of every route."""
+        return [
+            ("GET", "/health", self.health),
+            ("GET", "/v1/models", self.models),
+            ("GET", "/get_model_info", self.model_info),
+            ("GET", "/metrics", self.metrics),
+            ("POST", "/generate", self.generate),
+            ("POST", "/v1/completions", self.completions),
+            ("POST", "/v1/chat/completions", self.chat),
+            ("POST", "/update_weights_from_disk", self.update_weights),
+        ]
+
+    async def health(self, request: Request) -> Response:
+        return JSONResponse({"status": "ok", "policy_version": self.srv.engine.policy_version})
+
+    async def models(self, request: Request) -> Response:
         return JSONResponse({"object": "list", "data": [
-            {"id": model_name, "object": "model", "created": srv.created, "owned_by": "opencomposer",
-             "max_model_len": max_len}]})
+            {"id": self.model_name, "object": "model", "created": self.srv.created, "owned_by": "opencomposer",
+             "max_model_len": self.srv.max_len}]})
 
-    @route("GET", "/get_model_info")
-    async def model_info(request: Request):
-        return JSONResponse({"model_path": model_name, "is_generation": True, "max_len": max_len,
-                             "weight_version": str(engine.policy_version)})
+    async def model_info(self, request: Request) -> Response:
+        return JSONResponse({"model_path": self.model_name, "is_generation": True, "max_len": self.srv.max_len,
+                             "weight_version": str(self.srv.engine.policy_version)})
 
-    @route("GET", "/metrics")
-    async def metrics(request: Request):
-        return PlainTextResponse(srv.metrics(), media_type="text/plain; version=0.0.4")
+    async def metrics(self, request: Request) -> Response:
+        return PlainTextResponse(self.srv.metrics(), media_type="text/plain; version=0.0.4")
 
-    @route("POST", "/generate")
-    async def generate(request: Request):
-        body: GenerateBody = await parse_body(request, GenerateBody, limit)
+    # --- SGLang's /generate
+
+    async def generate(self, request: Request) -> Response:
+        srv = self.srv
+        body: GenerateBody = await parse_body(request, GenerateBody, srv.max_body_bytes)
+        batch, prompts = self._generate_prompts(body)
+        sp_raw = body.sampling_params
+        if isinstance(sp_raw, list):
+            sps = [validate_body(SGLangSampling, x, f"sampling_params[{i}]") for i, x in enumerate(sp_raw)]
+        else:
+            sps = [validate_body(SGLangSampling, sp_raw or {}, "sampling_params")] * len(prompts)
+        rids = body.rid if isinstance(body.rid, list) else [body.rid] * len(prompts)
+        if len(sps) != len(prompts) or len(rids) != len(prompts):
+            raise BadRequest(f"sampling_params and rid lists must have one entry per prompt ({len(prompts)})")
+        jobs = [self._generate_job(body, ids, sp, rid) for ids, sp, rid in zip(prompts, sps, rids)]
+        t0 = time.perf_counter()
+        results = await asyncio.gather(*(srv.run(req, sampling.stop) for req, sampling, _ in jobs))
+        latency = time.perf_counter() - t0
+        out = [_sglang_response(srv, body, sp, result, matched, latency)
+               for (_, _, sp), (result, matched) in zip(jobs, results)]
+        return JSONResponse(out if batch else out[0])
+
+    def _generate_prompts(self, body: GenerateBody) -> tuple[bool, list[list[int]]]:
+        """(whether the request is a batch, its checked prompts): token ids or text, one or a list."""
+        srv = self.srv
         if body.input_ids is not None:
             batch = isinstance(body.input_ids, list) and bool(body.input_ids) and isinstance(body.input_ids[0], list)
             prompts = [srv.check_ids(p, f"input_ids[{i}]") for i, p in enumerate(body.input_ids)] if batch else \
@@ -286,53 +334,37 @@ def create_app(engine: InferenceEngine, tokenizer: Tokenizer, *, max_len: int, v
             prompts = [srv.check_ids(srv.text_prompt(t, "text"), "text") for t in (body.text if batch else [body.text])]
         else:
             raise BadRequest("give the prompt as input_ids (token ids) or text")
-        sp_raw = body.sampling_params
-        if isinstance(sp_raw, list):
-            sps = [validate_body(SGLangSampling, x, f"sampling_params[{i}]") for i, x in enumerate(sp_raw)]
-        else:
-            sps = [validate_body(SGLangSampling, sp_raw or {}, "sampling_params")] * len(prompts)
-        rids = body.rid if isinstance(body.rid, list) else [body.rid] * len(prompts)
-        if len(sps) != len(prompts) or len(rids) != len(prompts):
-            raise BadRequest(f"sampling_params and rid lists must have one entry per prompt ({len(prompts)})")
-        jobs = []
-        for ids, sp, rid in zip(prompts, sps, rids):
-            if 0 <= body.logprob_start_len < len(ids):
-                raise BadRequest("prompt-token logprobs (logprob_start_len inside the prompt) are not supported")
-            if body.return_routed_experts and body.routed_experts_start_len > len(ids):
-                raise BadRequest(f"routed_experts_start_len={body.routed_experts_start_len} must be in "
-                                 f"[0, prompt length {len(ids)}]")
-            sampling = srv.sampling(temperature=sp.temperature, top_p=sp.top_p, top_k=sp.top_k,
-                                    max_new_tokens=srv.budget(len(ids), sp.max_new_tokens, 128,
-                                                              "sampling_params.max_new_tokens"),
-                                    stop=sp.stop, stop_token_ids=sp.stop_token_ids,
-                                    seed=sp.sampling_seed if sp.sampling_seed is not None else sp.seed)
-            req = GenerationRequest(
-                input_ids=ids, sampling=dataclasses.replace(sampling, stop=()), return_logprob=body.return_logprob,
-                return_routed_experts=body.return_routed_experts,
-                return_prompt_routed_experts=(body.return_routed_experts
-                                              and body.routed_experts_start_len < len(ids) - 1),
-                request_id=rid or uuid.uuid4().hex, logprobs_mode=body.logprobs_mode)
-            jobs.append((req, sampling, sp))
-        t0 = time.perf_counter()
-        results = await asyncio.gather(*(srv.run(req, sampling.stop) for req, sampling, _ in jobs))
-        latency = time.perf_counter() - t0
-        out = [_sglang_response(srv, body, sp, result, matched, latency)
-               for (_, _, sp), (result, matched) in zip(jobs, results)]
-        return JSONResponse(out if batch else out[0])
+        return batch, prompts
 
-    @route("POST", "/v1/completions")
-    async def completions(request: Request):
-        body: CompletionBody = await parse_body(request, CompletionBody, limit)
-        p = body.prompt
-        if isinstance(p, str):
-            prompts = [srv.text_prompt(p, "prompt")]
-        elif isinstance(p, list) and p and all(type(t) is int for t in p):
-            prompts = [p]
-        elif isinstance(p, list) and p and all(isinstance(x, (str, list)) for x in p):
-            prompts = [srv.text_prompt(x, "prompt") if isinstance(x, str) else x for x in p]
-        else:
-            raise BadRequest("prompt must be a string, a list of token ids, or a non-empty list of either")
-        prompts = [srv.check_ids(ids, "prompt") for ids in prompts]
+    def _generate_job(self, body: GenerateBody, ids: list[int], sp: SGLangSampling,
+                      rid: str | None) -> tuple[GenerationRequest, SamplingParams, SGLangSampling]:
+        """One prompt's engine request, its sampling (with the stop strings the server matches)
+        and its SGLang sampling parameters (for the answer)."""
+        srv = self.srv
+        if 0 <= body.logprob_start_len < len(ids):
+            raise BadRequest("prompt-token logprobs (logprob_start_len inside the prompt) are not supported")
+        if body.return_routed_experts and body.routed_experts_start_len > len(ids):
+            raise BadRequest(f"routed_experts_start_len={body.routed_experts_start_len} must be in "
+                             f"[0, prompt length {len(ids)}]")
+        sampling = srv.sampling(temperature=sp.temperature, top_p=sp.top_p, top_k=sp.top_k,
+                                max_new_tokens=srv.budget(len(ids), sp.max_new_tokens, 128,
+                                                          "sampling_params.max_new_tokens"),
+                                stop=sp.stop, stop_token_ids=sp.stop_token_ids,
+                                seed=sp.sampling_seed if sp.sampling_seed is not None else sp.seed)
+        req = GenerationRequest(
+            input_ids=ids, sampling=dataclasses.replace(sampling, stop=()), return_logprob=body.return_logprob,
+            return_routed_experts=body.return_routed_experts,
+            return_prompt_routed_experts=(body.return_routed_experts
+                                          and body.routed_experts_start_len < len(ids) - 1),
+            request_id=rid or uuid.uuid4().hex, logprobs_mode=body.logprobs_mode)
+        return req, sampling, sp
+
+    # --- OpenAI's /v1/completions
+
+    async def completions(self, request: Request) -> Response:
+        srv = self.srv
+        body: CompletionBody = await parse_body(request, CompletionBody, srv.max_body_bytes)
+        prompts = [srv.check_ids(ids, "prompt") for ids in self._completion_prompts(body)]
         jobs = []
         for ids in prompts:
             if body.return_routed_experts and body.routed_experts_prompt_start > len(ids):
@@ -354,13 +386,26 @@ def create_app(engine: InferenceEngine, tokenizer: Tokenizer, *, max_len: int, v
         completion_tokens = sum(len(r.output_ids) for r, _ in results)
         prompt_tokens = sum(len(ids) for ids in prompts)
         return JSONResponse({"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", "created": int(time.time()),
-                             "model": model_name, "choices": choices,
+                             "model": self.model_name, "choices": choices,
                              "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
                                        "total_tokens": prompt_tokens + completion_tokens}})
 
-    @route("POST", "/v1/chat/completions")
-    async def chat(request: Request):
-        body: ChatBody = await parse_body(request, ChatBody, limit)
+    def _completion_prompts(self, body: CompletionBody) -> list:
+        """The prompts as given (text encoded, ids unchecked): a string, ids, or a list of either."""
+        p = body.prompt
+        if isinstance(p, str):
+            return [self.srv.text_prompt(p, "prompt")]
+        if isinstance(p, list) and p and all(type(t) is int for t in p):
+            return [p]
+        if isinstance(p, list) and p and all(isinstance(x, (str, list)) for x in p):
+            return [self.srv.text_prompt(x, "prompt") if isinstance(x, str) else x for x in p]
+        raise BadRequest("prompt must be a string, a list of token ids, or a non-empty list of either")
+
+    # --- OpenAI's /v1/chat/completions
+
+    async def chat(self, request: Request) -> Response:
+        srv, tokenizer = self.srv, self.srv.tok
+        body: ChatBody = await parse_body(request, ChatBody, srv.max_body_bytes)
         tools = body.tools if body.tool_choice != "none" else None
         if tools is not None and not all(isinstance(t, dict) for t in tools):
             raise BadRequest("tools must be a list of function schemas (objects)")
@@ -375,36 +420,26 @@ def create_app(engine: InferenceEngine, tokenizer: Tokenizer, *, max_len: int, v
                 stop=body.stop, stop_token_ids=body.stop_token_ids,
                 seed=None if body.seed is None else body.seed + i), call_id_prefix=f"call_{uuid.uuid4().hex[:8]}_")
             for i in range(body.n)))
-        choices = []
-        for i, turn in enumerate(turns):
-            result: GenerationResult = turn.raw
-            choice: dict[str, Any] = {"index": i, "message": turn.message, "finish_reason": turn.finish_reason,
-                                      "logprobs": None}
-            if body.logprobs:
-                choice["logprobs"] = {"content": [
-                    {"token": (s := tokenizer.decode([t])), "logprob": lp, "bytes": list(s.encode()),
-                     "top_logprobs": []}
-                    for t, lp in zip(result.output_ids, result.logprobs)]}
-            if body.return_token_ids:
-                choice["token_ids"] = result.output_ids
-            choices.append(choice)
+        choices = [_chat_choice(tokenizer, body, i, turn) for i, turn in enumerate(turns)]
         completion_tokens = sum(t.usage.completion_tokens for t in turns)
         response = {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion", "created": int(time.time()),
-                    "model": model_name, "choices": choices,
+                    "model": self.model_name, "choices": choices,
                     "usage": {"prompt_tokens": len(ids), "completion_tokens": completion_tokens,
                               "total_tokens": len(ids) + completion_tokens}}
         if body.return_token_ids:
             response["prompt_token_ids"] = ids
         return JSONResponse(response)
 
-    @route("POST", "/update_weights_from_disk")
-    async def update_weights(request: Request):
-        body: UpdateWeightsBody = await parse_body(request, UpdateWeightsBody, limit)
+    # --- weight sync
+
+    async def update_weights(self, request: Request) -> Response:
+        srv = self.srv
+        body: UpdateWeightsBody = await parse_body(request, UpdateWeightsBody, srv.max_body_bytes)
         version = int(body.weight_version) if body.weight_version and body.weight_version.isdigit() else None
         try:  # loading takes a while and the engine applies it between decode steps: off the loop
-            new_version = await asyncio.to_thread(update_from_disk, body.model_path, version)
+            new_version = await asyncio.to_thread(self.update_from_disk, body.model_path, version)
         except (CheckpointError, ConfigError, OSError, ValueError, KeyError, RuntimeError) as exc:
-            return JSONResponse({"success": False, "version": engine.policy_version,
+            return JSONResponse({"success": False, "version": srv.engine.policy_version,
                                  "message": f"weights not updated from {body.model_path}: {exc}",
                                  "error": {"message": str(exc), "type": "invalid_request_error", "code": 400}},
                                 status_code=400)
@@ -412,7 +447,19 @@ def create_app(engine: InferenceEngine, tokenizer: Tokenizer, *, max_len: int, v
         return JSONResponse({"success": True, "version": new_version, "num_paused_requests": 0,
                              "message": f"loaded {body.model_path}: policy version {new_version}"})
 
-    return app
+
+def _chat_choice(tokenizer: Tokenizer, body: ChatBody, index: int, turn) -> dict:
+    result: GenerationResult = turn.raw
+    choice: dict[str, Any] = {"index": index, "message": turn.message, "finish_reason": turn.finish_reason,
+                              "logprobs": None}
+    if body.logprobs:
+        choice["logprobs"] = {"content": [
+            {"token": (s := tokenizer.decode([t])), "logprob": lp, "bytes": list(s.encode()),
+             "top_logprobs": []}
+            for t, lp in zip(result.output_ids, result.logprobs)]}
+    if body.return_token_ids:
+        choice["token_ids"] = result.output_ids
+    return choice
 
 
 def _sglang_response(srv: Server, body: GenerateBody, sp: SGLangSampling, result: GenerationResult,
