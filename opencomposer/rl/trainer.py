@@ -80,6 +80,11 @@ def load_policy(src: ModelSourceConfig, seed: int = 0) -> Transformer:
     return model.to(dtype).train()
 
 
+def needs_reference(reward: RewardConfig, loss: PolicyLossConfig) -> bool:
+    """Whether a frozen reference model is needed: for KL in the reward (β) or in the loss."""
+    return reward.kl_coef > 0 or loss.kl_loss_coef > 0
+
+
 @dataclass
 class Batch:
     """Padded, target-aligned tensors for B samples (see the module docstring)."""
@@ -178,7 +183,7 @@ class Trainer:
         self.temperature = temperature
         self.version = version
         self.steps = 0
-        self.needs_ref = reward.kl_coef > 0 or loss.kl_loss_coef > 0
+        self.needs_ref = needs_reference(reward, loss)
         self.ref_model = None
         if self.needs_ref:
             self.ref_model = (ref_model if ref_model is not None else copy.deepcopy(model)).eval()

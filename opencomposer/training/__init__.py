@@ -1,0 +1,1 @@
+"""Training pieces shared by pretraining, SFT and RL: what no single trainer owns."""
