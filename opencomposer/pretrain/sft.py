@@ -29,7 +29,7 @@ positions (most of a trajectory is prompt and tool output). Optimisation, checkp
 metrics are pretraining's: AdamW with decay on matrices (`train.make_optimizer`), warmup then
 cosine (`train.lr_at`), global-norm clipping, atomic checkpoints (`checkpoint.py`) holding the
 model in HF format with tokenizer.json plus the optimizer, the data cursor and RNG state,
-metrics.jsonl (`train.Metrics`). The final model is published to `<run_dir>/model`, which
+metrics.jsonl (training/metrics.py). The final model is published to `<run_dir>/model`, which
 `opencomposer eval --policy engine:<run_dir>/model` serves.
 
 Device: `device` (auto: a GPU when torch sees one) holds the model and optimizer; batches are
@@ -68,8 +68,9 @@ from opencomposer.model.mtp import mtp_loss
 from opencomposer.model.tokenizer import TOKENIZER_FILE, Tokenizer, bundled_tokenizer
 from opencomposer.pretrain import checkpoint as ckpt
 from opencomposer.pretrain.config import MTPConfig, OptimConfig, PhaseConfig
-from opencomposer.pretrain.train import Metrics, lr_at, make_optimizer
+from opencomposer.pretrain.train import lr_at, make_optimizer
 from opencomposer.rl.packing import forward_packed, pack
+from opencomposer.training.metrics import MetricsWriter
 
 _CACHE_VERSION = 1  # bump when rendering changes meaning
 TRAJECTORIES = "trajectories.jsonl"
@@ -486,11 +487,11 @@ def train_sft(cfg: SFTConfig, *, resume: bool = False, console: Console | None =
     if state:
         optimizer.load_state_dict(state["optimizer"])
     step, epoch, index = int(state.get("step", 0)), int(state.get("epoch", 0)), int(state.get("index", 0))
-    metrics = Metrics(run_dir, step, tensorboard=False, active=True)
+    metrics = MetricsWriter(run_dir, tensorboard=False, resume_step=step if found is not None else None)
     perm = np.random.default_rng([cfg.seed, epoch]).permutation(train_idx)
     last_val = evaluate(model, val, pad, cfg.batch_size) if val and step == 0 else None
     if last_val is not None:
-        metrics.log({"step": 0, "val_loss": last_val})
+        metrics.write(0, {"val_loss": last_val})
     console.print(f"[bold]sft[/] {run_dir}: {sum(p.numel() for p in model.parameters()) / 1e6:.1f}M parameters "
                   f"on {device}, "
                   f"{len(train_idx)} train / {len(val)} val examples, {cfg.steps} steps of {cfg.batch_size}"
@@ -525,7 +526,7 @@ def train_sft(cfg: SFTConfig, *, resume: bool = False, console: Console | None =
                 if step % cfg.eval_every == 0 or step == cfg.steps:
                     if val:
                         last_val = record["val_loss"] = evaluate(model, val, pad, cfg.batch_size)
-                metrics.log(record)
+                metrics.write(step, record)
                 bar.update(job, advance=1, info=f"loss {stats['loss_main']:.3f}"
                            + (f" val {last_val:.3f}" if last_val is not None else ""))
                 if step % cfg.log_every == 0 or step == cfg.steps:

@@ -9,8 +9,8 @@
                                               rollout actor's requests; in-place weight updates)
                                        ──► TrainerActor × trainer_world_size
                                               torch.distributed (gloo on CPU, nccl on GPU),
-                                              FSDP2 (`fully_shard` per block, per MTP module,
-                                              and at the root), rl/trainer.py's Trainer
+                                              FSDP2 (model/parallelize.py: per block, per MTP
+                                              module, and at the root), rl/trainer.py's Trainer
 
 `runner: ray` in the `agentic` section is the only change from a local run; `agentic.ray` says
 where (address, actors, trainer world size, GPUs). An actor computes on a GPU exactly when Ray

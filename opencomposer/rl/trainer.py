@@ -36,7 +36,7 @@ samples/skipped_zero_advantage. entropy and mismatch/* are over the samples that
 
 Covered: single-device training of opencomposer's Transformer (on the CPU or one GPU: the
 model's device), one optimiser step per batch (single epoch, [R §4]). Left out: FSDP/multi-device
-(a parallelize step around `model`; rl/ray_runner.py wraps it), MTP losses during RL.
+(model/parallelize.py shards `model` first; rl/ray_runner.py does), MTP losses during RL.
 """
 
 from __future__ import annotations
