@@ -336,9 +336,9 @@ class Pipeline:
         from opencomposer.pretrain.train import train
 
         c = self.cfg.pretrain
-        from opencomposer.model.tokenizer import Tokenizer
+        from opencomposer.model.tokenizer import load_tokenizer
 
-        vocab = Tokenizer.load(self.paths["tokenizer"]).vocab_size
+        vocab = load_tokenizer(self.paths["tokenizer"]).vocab_size
         cfg = parse_config({
             "run_dir": str(self.paths["pretrain"]), "model": {**self.model_dict(), "vocab_size": vocab}, "seed": self.cfg.seed,
             "data": {"sources": ["stdlib"], "max_total_bytes": c.code_bytes, "val_fraction": 0.05, "tokenizer": str(self.paths["tokenizer"]),

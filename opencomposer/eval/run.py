@@ -146,7 +146,9 @@ def parse_policy(spec: str, options: EvalOptions) -> PolicyFactory:
     if kind in ("sglang", "vllm") and rest:
         from opencomposer.engine.client import SGLangClient, VLLMClient
 
-        tok = _tokenizer(options)
+        from opencomposer.model.tokenizer import load_tokenizer
+
+        tok = load_tokenizer(options.tokenizer)
         if kind == "sglang":
             client, name = SGLangClient(rest, tokenizer=tok), rest
         else:
@@ -162,12 +164,6 @@ def parse_policy(spec: str, options: EvalOptions) -> PolicyFactory:
                       "sglang:BASE_URL, vllm:MODEL@BASE_URL or engine:CKPT_DIR")
 
 
-def _tokenizer(options: EvalOptions):
-    from opencomposer.model.tokenizer import Tokenizer, bundled_tokenizer
-
-    return Tokenizer.load(options.tokenizer) if options.tokenizer else bundled_tokenizer()
-
-
 def _engine_policy(path: str, options: EvalOptions) -> PolicyFactory:
     """engine:DIR: the embedded engine over an HF-format checkpoint, in this process, with
     one KV-cache slot per concurrent episode. Its context is the agent's context_window, else
@@ -176,12 +172,11 @@ def _engine_policy(path: str, options: EvalOptions) -> PolicyFactory:
     from opencomposer.engine.client import InProcessClient
     from opencomposer.engine.engine import Engine
     from opencomposer.model import load_pretrained
-    from opencomposer.model.tokenizer import TOKENIZER_FILE, Tokenizer
+    from opencomposer.model.tokenizer import load_tokenizer
 
     ckpt = Path(path)
     net = load_pretrained(ckpt, device=resolve_device(options.device))
-    tok = (Tokenizer.load(ckpt) if not options.tokenizer and (ckpt / TOKENIZER_FILE).is_file()
-           else _tokenizer(options))
+    tok = load_tokenizer(options.tokenizer, checkpoint=ckpt)
     if tok.vocab_size > net.config.vocab_size:
         raise ConfigError(f"the tokenizer has {tok.vocab_size} tokens but {ckpt}'s vocab_size is "
                           f"{net.config.vocab_size}: give the model's own tokenizer with --tokenizer")

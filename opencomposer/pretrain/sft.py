@@ -65,7 +65,7 @@ from opencomposer.harness.chat import encode_with_mask
 from opencomposer.harness.trajectory import Trajectory, read_jsonl, write_jsonl
 from opencomposer.model import Transformer, load_pretrained
 from opencomposer.model.mtp import mtp_loss
-from opencomposer.model.tokenizer import TOKENIZER_FILE, Tokenizer, bundled_tokenizer
+from opencomposer.model.tokenizer import Tokenizer, load_tokenizer
 from opencomposer.pretrain import checkpoint as ckpt
 from opencomposer.pretrain.config import MTPConfig, OptimConfig, PhaseConfig
 from opencomposer.pretrain.train import lr_at, make_optimizer
@@ -387,14 +387,6 @@ def evaluate(model: Transformer, examples: list[tuple[np.ndarray, np.ndarray]], 
 
 # ----------------------------------------------------------------------------- the run
 
-def _tokenizer(cfg: SFTConfig) -> Tokenizer:
-    if cfg.tokenizer:
-        return Tokenizer.load(cfg.tokenizer)
-    if (Path(cfg.init_from) / TOKENIZER_FILE).is_file():
-        return Tokenizer.load(cfg.init_from)
-    return bundled_tokenizer()
-
-
 def prepare_data(cfg: SFTConfig, tok: Tokenizer, console: Console, backend=None) -> Examples:
     """Generate the suite if asked, collect oracle trajectories on it, render and cache them."""
     d = cfg.data
@@ -462,7 +454,7 @@ def train_sft(cfg: SFTConfig, *, resume: bool = False, console: Console | None =
     run_dir.mkdir(parents=True, exist_ok=True)
     config_yaml = yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False)
     (run_dir / "config.yaml").write_text(config_yaml)
-    tok = _tokenizer(cfg)
+    tok = load_tokenizer(cfg.tokenizer, checkpoint=cfg.init_from)
     data = prepare_data(cfg, tok, console, backend)
     order = np.random.default_rng(cfg.seed).permutation(len(data))
     n_val = min(cfg.data.val_examples, len(data) // 5)

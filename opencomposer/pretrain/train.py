@@ -54,9 +54,10 @@ from opencomposer.model import ModelConfig, Transformer, load_pretrained
 from opencomposer.model.model import rope_frequencies
 from opencomposer.model.mtp import mtp_loss
 from opencomposer.model.parallelize import apply_ddp, apply_fsdp
+from opencomposer.model.tokenizer import load_tokenizer
 from opencomposer.pretrain import checkpoint as ckpt
 from opencomposer.pretrain.config import MTPConfig, PhaseConfig, PretrainConfig, dump_config
-from opencomposer.pretrain.data import Batches, PackedSequences, TokenCorpus, eval_sequences, load_tokenizer
+from opencomposer.pretrain.data import Batches, PackedSequences, TokenCorpus, eval_sequences
 from opencomposer.training.metrics import MetricsWriter
 
 STATS = ("loss_main", "loss_mtp", "mtp_agree")  # what PretrainLoss reports besides the loss
@@ -249,7 +250,7 @@ def train(cfg: PretrainConfig, *, resume: bool = False,
         run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / "config.yaml").write_text(dump_config(cfg))
 
-    tok = load_tokenizer(cfg.data)
+    tok = load_tokenizer(cfg.data.tokenizer)
     if d.main:  # one rank tokenizes; the others then find the cache
         corpus = TokenCorpus.build(cfg.data, tok)
     d.barrier()
