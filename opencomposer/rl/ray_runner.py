@@ -293,7 +293,7 @@ def run_ray(cfg, *, resume: bool = False, on_step: Callable[[int, dict], None] |
     W = a.ray.trainer_world_size
     init = f"tcp://{ray.util.get_node_ip_address()}:{_free_port()}"
     ranks = [TrainerActor.options(num_gpus=a.ray.trainer_gpus).remote(
-        cfg_json, r, W, init, str(state.path) if state else None) for r in range(W)]
+        cfg_json, r, W, init, str(state.path.resolve()) if state else None) for r in range(W)]  # actors: another cwd
     trainer = RayTrainer(ranks, ray.get(ranks[0].version.remote()))
     inference = InferenceActor.options(num_gpus=a.ray.inference_gpus).remote(
         cfg_json, trainer.full_state()["model"], trainer.version)

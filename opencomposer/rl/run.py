@@ -35,14 +35,12 @@ from opencomposer.model import Transformer
 from opencomposer.model.tokenizer import Tokenizer
 from opencomposer.rl import checkpoint
 from opencomposer.rl.checkpoint import Checkpointer, CheckpointState, set_rng_state
-from opencomposer.rl.trainer import Trainer, load_policy, needs_reference
+from opencomposer.rl.trainer import DTYPES, Trainer, load_policy, needs_reference
 from opencomposer.rl.weight_sync import DiskSync, InPlaceSync, WeightSync
 from opencomposer.training.metrics import MetricsWriter
 
 # Changing these between a checkpoint and its resume does not change what is trained.
 RESUMABLE_CHANGES = ("train.max_steps", "log.", "run.num_threads", "run.device", "checkpoint.", "agentic.ray.")
-
-_ENGINE_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 StepHook = Callable[[int, dict[str, float]], None]
 
@@ -142,7 +140,7 @@ def build_engine(cfg: RLConfig, model: Transformer):
     from opencomposer.engine.engine import Engine
 
     return Engine(model, max_slots=cfg.engine.max_slots, max_len=cfg.engine.max_len,
-                  speculative_depth=cfg.engine.speculative_depth, dtype=_ENGINE_DTYPES[cfg.engine.dtype])
+                  speculative_depth=cfg.engine.speculative_depth, dtype=DTYPES[cfg.engine.dtype])
 
 
 @dataclass

@@ -59,7 +59,7 @@ from opencomposer.rl.losses import PolicyLossConfig, kl_in_reward, policy_loss
 from opencomposer.rl.packing import Packed, forward_packed, pack
 from opencomposer.rl.rewards import RewardConfig
 
-_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}  # model.dtype and engine.dtype names
 
 
 def load_policy(src: ModelSourceConfig, seed: int = 0) -> Transformer:
@@ -68,7 +68,7 @@ def load_policy(src: ModelSourceConfig, seed: int = 0) -> Transformer:
     Calling it twice with the same arguments gives the same weights (the reference model and a
     resumed run's reference are rebuilt this way).
     """
-    dtype = _DTYPES[src.dtype]
+    dtype = DTYPES[src.dtype]
     if src.path is not None:
         return load_pretrained(src.path, dtype=dtype).train()
     state = torch.random.get_rng_state()
