@@ -336,9 +336,9 @@ class Pipeline:
         from opencomposer.pretrain.train import train
 
         c = self.cfg.pretrain
-        from opencomposer.model.tokenizer import Tokenizer
+        from opencomposer.model.tokenizer import load_tokenizer
 
-        vocab = Tokenizer.load(self.paths["tokenizer"]).vocab_size
+        vocab = load_tokenizer(self.paths["tokenizer"]).vocab_size
         cfg = parse_config({
             "run_dir": str(self.paths["pretrain"]), "model": {**self.model_dict(), "vocab_size": vocab}, "seed": self.cfg.seed,
             "data": {"sources": ["stdlib"], "max_total_bytes": c.code_bytes, "val_fraction": 0.05, "tokenizer": str(self.paths["tokenizer"]),
@@ -412,7 +412,7 @@ class Pipeline:
     # 6
     def _rl(self) -> dict:
         from opencomposer.config import load_rl_config
-        from opencomposer.rl.orchestrator import run_agentic
+        from opencomposer.rl.cli import run_rl
 
         r = self.cfg.rl
         agent = demo_agent().model_dump(mode="json")
@@ -435,7 +435,7 @@ class Pipeline:
                         "groups_per_step": r.groups_per_step, "rollout_workers": r.rollout_workers,
                         "dynamic_sampling": r.dynamic_sampling,
                         "max_staleness": r.max_staleness}})
-        out = run_agentic(cfg, resume=True)
+        out = run_rl(cfg, resume=True)
         return {"steps": out["steps"], "policy_version": out["policy_version"], "trained_tasks": len(out["trained"]),
                 "given_up": len(out["given_up"]), "train_s": out["seconds"]}
 

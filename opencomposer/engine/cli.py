@@ -44,13 +44,13 @@ def serve(
     from opencomposer.engine.server import create_app
     from opencomposer.errors import OpenComposerError
     from opencomposer.model import load_pretrained
-    from opencomposer.model.tokenizer import TOKENIZER_FILE, Tokenizer, bundled_tokenizer
+    from opencomposer.model.tokenizer import load_tokenizer
 
     if dtype is not None and dtype not in _DTYPES:
         raise typer.BadParameter(f"{dtype!r} is not one of {', '.join(_DTYPES)}", param_hint="--dtype")
     try:
         net = load_pretrained(model, dtype=getattr(torch, dtype) if dtype else None)
-        tok = Tokenizer.load(model) if (model / TOKENIZER_FILE).is_file() else bundled_tokenizer()
+        tok = load_tokenizer(checkpoint=model)
         if tok.vocab_size > net.config.vocab_size:
             raise OpenComposerError(f"the tokenizer has {tok.vocab_size} tokens but the model's vocab_size is "
                                     f"{net.config.vocab_size}: put the model's own tokenizer.json in {model}")

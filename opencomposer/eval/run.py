@@ -95,52 +95,75 @@ PolicyFactory = Callable[[Task], object]
 
 
 def parse_policy(spec: str, options: EvalOptions) -> PolicyFactory:
-    """A policy spec -> a factory of policies; ConfigError on a bad spec."""
+    """A policy spec "KIND[:REST]" -> a factory of policies (_POLICIES); ConfigError on a bad spec."""
     kind, _, rest = spec.partition(":")
+    make = _POLICIES.get(kind)
+    factory = make(rest, options) if make is not None else None
+    if factory is None:
+        raise ConfigError(f"unknown policy spec {spec!r}: use oracle, oracle:tests, noop, openai:MODEL@BASE_URL, "
+                          "sglang:BASE_URL, vllm:MODEL@BASE_URL or engine:CKPT_DIR")
+    return factory
+
+
+# Each takes the spec's REST and the options, and returns None when REST does not fit its kind.
+
+def _oracle_policy(rest: str, options: EvalOptions) -> PolicyFactory | None:
+    from opencomposer.tasks.policies import OraclePolicy
+
+    return (lambda task: OraclePolicy(task, run_tests=rest == "tests")) if rest in ("", "tests") else None
+
+
+def _noop_policy(rest: str, options: EvalOptions) -> PolicyFactory | None:
+    from opencomposer.tasks.policies import NoOpPolicy
+
+    if rest:
+        return None
+    policy = NoOpPolicy()
+    return lambda task: policy
+
+
+def _openai_policy(rest: str, options: EvalOptions) -> PolicyFactory | None:
+    """openai:MODEL@BASE_URL: a chat-completions API (text in, text out; priced per token)."""
+    from opencomposer.engine.client import OpenAIChatClient
+
+    if "@" not in rest:
+        return None
     prices = Prices(options.input_price_per_m, options.output_price_per_m)
-    if kind == "oracle" and rest in ("", "tests"):
-        from opencomposer.tasks.policies import OraclePolicy
-
-        return lambda task: OraclePolicy(task, run_tests=rest == "tests")
-    if kind == "noop" and not rest:
-        from opencomposer.tasks.policies import NoOpPolicy
-
-        policy = NoOpPolicy()
-        return lambda task: policy
-    if kind == "openai" and "@" in rest:
-        from opencomposer.engine.client import OpenAIChatClient
-
-        model, _, url = rest.partition("@")
-        client = OpenAIChatClient(url, model, api_key_env=options.api_key_env,
-                                  input_price_per_m=prices.input_per_mtok, output_price_per_m=prices.output_per_mtok)
-        policy = ChatClientPolicy(client, name=model, prices=prices, send_thinking=False)
-        return lambda task: policy
-    if kind in ("sglang", "vllm") and rest:
-        from opencomposer.engine.client import SGLangClient, VLLMClient
-
-        tok = _tokenizer(options)
-        if kind == "sglang":
-            client, name = SGLangClient(rest, tokenizer=tok), rest
-        else:
-            if "@" not in rest:
-                raise ConfigError(f"policy {spec!r}: write vllm:MODEL@BASE_URL")
-            name, _, url = rest.partition("@")
-            client = VLLMClient(url, name, tokenizer=tok)
-        policy = TokenClientPolicy(client, tok, name=name, routed_experts=False)
-        return lambda task: policy
-    if kind == "engine" and rest:
-        return _engine_policy(rest, options)
-    raise ConfigError(f"unknown policy spec {spec!r}: use oracle, oracle:tests, noop, openai:MODEL@BASE_URL, "
-                      "sglang:BASE_URL, vllm:MODEL@BASE_URL or engine:CKPT_DIR")
+    model, _, url = rest.partition("@")
+    client = OpenAIChatClient(url, model, api_key_env=options.api_key_env,
+                              input_price_per_m=prices.input_per_mtok, output_price_per_m=prices.output_per_mtok)
+    policy = ChatClientPolicy(client, name=model, prices=prices, send_thinking=False)
+    return lambda task: policy
 
 
-def _tokenizer(options: EvalOptions):
-    from opencomposer.model.tokenizer import Tokenizer, bundled_tokenizer
+def _sglang_policy(rest: str, options: EvalOptions) -> PolicyFactory | None:
+    """sglang:BASE_URL: an SGLang-compatible server of token ids, with --tokenizer (else the bundled one)."""
+    from opencomposer.engine.client import SGLangClient
+    from opencomposer.model.tokenizer import load_tokenizer
 
-    return Tokenizer.load(options.tokenizer) if options.tokenizer else bundled_tokenizer()
+    if not rest:
+        return None
+    tok = load_tokenizer(options.tokenizer)
+    policy = TokenClientPolicy(SGLangClient(rest, tokenizer=tok), tok, name=rest, routed_experts=False)
+    return lambda task: policy
 
 
-def _engine_policy(path: str, options: EvalOptions) -> PolicyFactory:
+def _vllm_policy(rest: str, options: EvalOptions) -> PolicyFactory | None:
+    """vllm:MODEL@BASE_URL: a vLLM server of token ids, with --tokenizer (else the bundled one)."""
+    from opencomposer.engine.client import VLLMClient
+    from opencomposer.model.tokenizer import load_tokenizer
+
+    if not rest:
+        return None
+    if "@" not in rest:
+        raise ConfigError(f"policy {'vllm:' + rest!r}: write vllm:MODEL@BASE_URL")
+    tok = load_tokenizer(options.tokenizer)
+    name, _, url = rest.partition("@")
+    policy = TokenClientPolicy(VLLMClient(url, name, tokenizer=tok), tok, name=name, routed_experts=False)
+    return lambda task: policy
+
+
+def _engine_policy(path: str, options: EvalOptions) -> PolicyFactory | None:
     """engine:DIR: the embedded engine over an HF-format checkpoint, in this process, with
     one KV-cache slot per concurrent episode. Its context is the agent's context_window, else
     the model's max_position_embeddings capped at 32k tokens; the tokenizer is --tokenizer,
@@ -148,12 +171,13 @@ def _engine_policy(path: str, options: EvalOptions) -> PolicyFactory:
     from opencomposer.engine.client import InProcessClient
     from opencomposer.engine.engine import Engine
     from opencomposer.model import load_pretrained
-    from opencomposer.model.tokenizer import TOKENIZER_FILE, Tokenizer
+    from opencomposer.model.tokenizer import load_tokenizer
 
+    if not path:
+        return None
     ckpt = Path(path)
     net = load_pretrained(ckpt, device=resolve_device(options.device))
-    tok = (Tokenizer.load(ckpt) if not options.tokenizer and (ckpt / TOKENIZER_FILE).is_file()
-           else _tokenizer(options))
+    tok = load_tokenizer(options.tokenizer, checkpoint=ckpt)
     if tok.vocab_size > net.config.vocab_size:
         raise ConfigError(f"the tokenizer has {tok.vocab_size} tokens but {ckpt}'s vocab_size is "
                           f"{net.config.vocab_size}: give the model's own tokenizer with --tokenizer")
@@ -161,6 +185,12 @@ def _engine_policy(path: str, options: EvalOptions) -> PolicyFactory:
     engine = Engine(net, max_slots=options.concurrency, max_len=max_len)
     policy = TokenClientPolicy(InProcessClient(engine, tok), tok, name=f"engine:{ckpt.name}", routed_experts=False)
     return lambda task: policy
+
+
+_POLICIES: dict[str, Callable[[str, EvalOptions], PolicyFactory | None]] = {
+    "oracle": _oracle_policy, "noop": _noop_policy, "openai": _openai_policy, "sglang": _sglang_policy,
+    "vllm": _vllm_policy, "engine": _engine_policy,
+}
 
 
 # ----------------------------------------------------------------------------- one episode

@@ -281,6 +281,23 @@ def bundled_tokenizer(name: str = "tokenizer-4k") -> Tokenizer:
     return Tokenizer.load(BUNDLED_DIR / f"{name}.json")
 
 
+def load_tokenizer(spec: str | Path | None = None, *, checkpoint: str | Path | None = None) -> Tokenizer:
+    """The tokenizer a config or a command line names: every command loads its tokenizer here.
+
+    spec: "bundled:NAME" (a packaged tokenizer, `bundled_tokenizer(NAME)`), or a tokenizer.json
+    file or a directory holding one. Without a spec: the tokenizer saved in `checkpoint` (a model
+    directory) when it holds a tokenizer.json, else the bundled default.
+    """
+    if spec:
+        spec = str(spec)
+        if spec.startswith("bundled:"):
+            return bundled_tokenizer(spec.removeprefix("bundled:"))
+        return Tokenizer.load(spec)
+    if checkpoint is not None and (Path(checkpoint) / TOKENIZER_FILE).is_file():
+        return Tokenizer.load(checkpoint)
+    return bundled_tokenizer()
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     """`python -m opencomposer.model.tokenizer --vocab-size N --out PATH [--corpus DIR ...]`"""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])

@@ -175,7 +175,7 @@ def trajectory_sequences(path: str | Path, tokenizer) -> tuple[list[list[int]], 
 
 def main(argv: Sequence[str] | None = None) -> None:
     from opencomposer.model import load_pretrained, save_pretrained
-    from opencomposer.model.tokenizer import Tokenizer
+    from opencomposer.model.tokenizer import load_tokenizer
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", required=True, help="HF-format checkpoint directory (with tokenizer.json)")
@@ -192,7 +192,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
-    tok = Tokenizer.load(args.tokenizer or args.model)
+    tok = load_tokenizer(args.tokenizer or args.model)
     seqs, masks = [], []
     for path in args.data:
         s, m = trajectory_sequences(path, tok)

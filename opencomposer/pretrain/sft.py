@@ -29,7 +29,7 @@ positions (most of a trajectory is prompt and tool output). Optimisation, checkp
 metrics are pretraining's: AdamW with decay on matrices (`train.make_optimizer`), warmup then
 cosine (`train.lr_at`), global-norm clipping, atomic checkpoints (`checkpoint.py`) holding the
 model in HF format with tokenizer.json plus the optimizer, the data cursor and RNG state,
-metrics.jsonl (`train.Metrics`). The final model is published to `<run_dir>/model`, which
+metrics.jsonl (training/metrics.py). The final model is published to `<run_dir>/model`, which
 `opencomposer eval --policy engine:<run_dir>/model` serves.
 
 Device: `device` (auto: a GPU when torch sees one) holds the model and optimizer; batches are
@@ -65,10 +65,11 @@ from opencomposer.model.chat import encode_with_mask
 from opencomposer.harness.trajectory import Trajectory, read_jsonl, write_jsonl
 from opencomposer.model import Transformer, load_pretrained
 from opencomposer.model.mtp import mtp_loss
-from opencomposer.model.tokenizer import TOKENIZER_FILE, Tokenizer, bundled_tokenizer
+from opencomposer.model.tokenizer import Tokenizer, load_tokenizer
 from opencomposer.pretrain import checkpoint as ckpt
 from opencomposer.pretrain.config import MTPConfig, OptimConfig, PhaseConfig
-from opencomposer.pretrain.train import Metrics, lr_at, make_optimizer
+from opencomposer.pretrain.train import lr_at, make_optimizer
+from opencomposer.training.metrics import MetricsWriter
 from opencomposer.training.packing import forward_packed, pack
 
 _CACHE_VERSION = 1  # bump when rendering changes meaning
@@ -386,14 +387,6 @@ def evaluate(model: Transformer, examples: list[tuple[np.ndarray, np.ndarray]], 
 
 # ----------------------------------------------------------------------------- the run
 
-def _tokenizer(cfg: SFTConfig) -> Tokenizer:
-    if cfg.tokenizer:
-        return Tokenizer.load(cfg.tokenizer)
-    if (Path(cfg.init_from) / TOKENIZER_FILE).is_file():
-        return Tokenizer.load(cfg.init_from)
-    return bundled_tokenizer()
-
-
 def prepare_data(cfg: SFTConfig, tok: Tokenizer, console: Console, backend=None) -> Examples:
     """Generate the suite if asked, collect oracle trajectories on it, render and cache them."""
     d = cfg.data
@@ -461,7 +454,7 @@ def train_sft(cfg: SFTConfig, *, resume: bool = False, console: Console | None =
     run_dir.mkdir(parents=True, exist_ok=True)
     config_yaml = yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False)
     (run_dir / "config.yaml").write_text(config_yaml)
-    tok = _tokenizer(cfg)
+    tok = load_tokenizer(cfg.tokenizer, checkpoint=cfg.init_from)
     data = prepare_data(cfg, tok, console, backend)
     order = np.random.default_rng(cfg.seed).permutation(len(data))
     n_val = min(cfg.data.val_examples, len(data) // 5)
@@ -486,11 +479,11 @@ def train_sft(cfg: SFTConfig, *, resume: bool = False, console: Console | None =
     if state:
         optimizer.load_state_dict(state["optimizer"])
     step, epoch, index = int(state.get("step", 0)), int(state.get("epoch", 0)), int(state.get("index", 0))
-    metrics = Metrics(run_dir, step, tensorboard=False, active=True)
+    metrics = MetricsWriter(run_dir, tensorboard=False, resume_step=step if found is not None else None)
     perm = np.random.default_rng([cfg.seed, epoch]).permutation(train_idx)
     last_val = evaluate(model, val, pad, cfg.batch_size) if val and step == 0 else None
     if last_val is not None:
-        metrics.log({"step": 0, "val_loss": last_val})
+        metrics.write(0, {"val_loss": last_val})
     console.print(f"[bold]sft[/] {run_dir}: {sum(p.numel() for p in model.parameters()) / 1e6:.1f}M parameters "
                   f"on {device}, "
                   f"{len(train_idx)} train / {len(val)} val examples, {cfg.steps} steps of {cfg.batch_size}"
@@ -525,7 +518,7 @@ def train_sft(cfg: SFTConfig, *, resume: bool = False, console: Console | None =
                 if step % cfg.eval_every == 0 or step == cfg.steps:
                     if val:
                         last_val = record["val_loss"] = evaluate(model, val, pad, cfg.batch_size)
-                metrics.log(record)
+                metrics.write(step, record)
                 bar.update(job, advance=1, info=f"loss {stats['loss_main']:.3f}"
                            + (f" val {last_val:.3f}" if last_val is not None else ""))
                 if step % cfg.log_every == 0 or step == cfg.steps:

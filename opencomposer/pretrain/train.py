@@ -24,7 +24,7 @@ with `deterministic: true`; tests/pretrain/test_resume.py).
 
 Distributed: under torchrun each rank takes its slice of every global batch (data.py's
 `Batches`), the loss module is wrapped in DistributedDataParallel or sharded with FSDP2
-(`fully_shard` per decoder block, per MTP module and at the root), and metrics are averaged
+(model/parallelize.py: per decoder block, per MTP module and at the root), and metrics are averaged
 over ranks. The same global batch gives the same loss at any world size, up to float
 summation order. Left out: tensor/expert/pipeline parallelism, activation checkpointing,
 torch.compile, and fused CE kernels.
@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import os
 import time
 from dataclasses import dataclass
@@ -53,9 +52,12 @@ from opencomposer.errors import ConfigError
 from opencomposer.model import ModelConfig, Transformer, load_pretrained
 from opencomposer.model.model import rope_frequencies
 from opencomposer.model.mtp import mtp_loss
+from opencomposer.model.parallelize import apply_ddp, apply_fsdp
+from opencomposer.model.tokenizer import load_tokenizer
 from opencomposer.pretrain import checkpoint as ckpt
 from opencomposer.pretrain.config import MTPConfig, PhaseConfig, PretrainConfig, dump_config
-from opencomposer.pretrain.data import Batches, PackedSequences, TokenCorpus, eval_sequences, load_tokenizer
+from opencomposer.pretrain.data import Batches, PackedSequences, TokenCorpus, eval_sequences
+from opencomposer.training.metrics import MetricsWriter
 from opencomposer.training.schedule import warmup_cosine_lr
 
 STATS = ("loss_main", "loss_mtp", "mtp_agree")  # what PretrainLoss reports besides the loss
@@ -132,20 +134,12 @@ def wrap(loss_module: PretrainLoss, cfg: PretrainConfig, d: DistInfo) -> nn.Modu
         return loss_module
     model = loss_module.model
     if cfg.parallel == "ddp":
-        from torch.nn.parallel import DistributedDataParallel as DDP
-
         # MTP parameters get no gradient before mtp.start_step: DDP must be told to look for them.
-        unused = len(model.mtp) > 0 and cfg.mtp.start_step > 0
-        return DDP(loss_module, device_ids=[d.device.index] if d.device.type == "cuda" else None,
-                   find_unused_parameters=unused)
+        return apply_ddp(loss_module, d.device, find_unused_parameters=len(model.mtp) > 0 and cfg.mtp.start_step > 0)
     from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.fsdp import fully_shard
 
-    mesh = init_device_mesh(d.device.type, (d.world,))
-    for block in [*model.layers, *model.mtp]:
-        fully_shard(block, mesh=mesh)
-    fully_shard(loss_module, mesh=mesh)  # the root: embeddings, final norm, lm_head
-    return loss_module
+    # the loss module is the root, so the MTP modules run inside the sharded forward
+    return apply_fsdp(model, root=loss_module, mesh=init_device_mesh(d.device.type, (d.world,)))
 
 
 def _sync(runner: nn.Module, last: bool, sharded: bool) -> contextlib.AbstractContextManager:
@@ -212,44 +206,6 @@ def evaluate(runner: nn.Module, tokens: np.ndarray, seq_len: int, n: int, micro:
     return {f"eval_{k}": float(v) for k, v in zip(STATS, total.tolist())}
 
 
-# ---- metrics -------------------------------------------------------------------------------
-
-class Metrics:
-    """metrics.jsonl (one object per step and per evaluation) and TensorBoard; rank 0 writes."""
-
-    def __init__(self, run_dir: Path, resume_step: int, tensorboard: bool, active: bool):
-        self.active, self.tb, self.file = active, None, None
-        if not active:
-            return
-        path = run_dir / "metrics.jsonl"
-        kept = []
-        if resume_step and path.is_file():  # drop what a killed run logged after its last checkpoint
-            kept = [line for line in path.read_text().splitlines()
-                    if line.strip() and json.loads(line)["step"] <= resume_step]
-        path.write_text("".join(line + "\n" for line in kept))
-        self.file = path.open("a")
-        if tensorboard:
-            from torch.utils.tensorboard import SummaryWriter
-
-            self.tb = SummaryWriter(str(run_dir / "tb"), purge_step=resume_step or None)
-
-    def log(self, record: dict[str, Any]) -> None:
-        if not self.active:
-            return
-        self.file.write(json.dumps(record) + "\n")
-        self.file.flush()
-        if self.tb is not None:
-            for k, v in record.items():
-                if isinstance(v, (int, float)) and k != "step":
-                    self.tb.add_scalar(k, v, record["step"])
-
-    def close(self) -> None:
-        if self.file:
-            self.file.close()
-        if self.tb is not None:
-            self.tb.close()
-
-
 # ---- the loop ------------------------------------------------------------------------------
 
 def _fresh_model(cfg: PretrainConfig) -> Transformer:
@@ -283,7 +239,7 @@ def train(cfg: PretrainConfig, *, resume: bool = False,
         run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / "config.yaml").write_text(dump_config(cfg))
 
-    tok = load_tokenizer(cfg.data)
+    tok = load_tokenizer(cfg.data.tokenizer)
     if d.main:  # one rank tokenizes; the others then find the cache
         corpus = TokenCorpus.build(cfg.data, tok)
     d.barrier()
@@ -314,7 +270,9 @@ def train(cfg: PretrainConfig, *, resume: bool = False,
     autocast = torch.autocast(d.device.type, dtype=torch.bfloat16, enabled=cfg.dtype == "bfloat16")
 
     step, tokens_seen = int(state.get("step", 0)), int(state.get("tokens", 0))
-    metrics = Metrics(run_dir, step, cfg.tensorboard, d.main)
+    # rank 0 writes the metrics; the record of a step is the same on every rank
+    metrics = MetricsWriter(run_dir, tensorboard=cfg.tensorboard, resume_step=step if found is not None else None) \
+        if d.main else None
     if d.main:
         n_params = sum(p.numel() for p in model.parameters())
         console.print(f"[bold]pretrain[/] {run_dir}: {n_params / 1e6:.1f}M parameters, "
@@ -363,14 +321,16 @@ def train(cfg: PretrainConfig, *, resume: bool = False,
                       **values, "lr": lr, "grad_norm": float(grad_norm), "tokens": tokens_seen,
                       "tokens_per_s": (tokens_seen - tok_last) / max(now - t_last, 1e-9), "mtp_on": use_mtp}
             t_last, tok_last = now, tokens_seen
-            metrics.log(record)
+            if metrics is not None:
+                metrics.write(step, record)
             if d.main and (step % cfg.log_every == 0 or step == cfg.total_steps):
                 mtp_part = f" mtp {values['loss_mtp']:.3f} agree {values['mtp_agree']:.2f}" if use_mtp else ""
                 console.print(f"step {step}/{cfg.total_steps} ({phase.name}) loss {values['loss_main']:.4f}"
                               f"{mtp_part} lr {lr:.2e} {record['tokens_per_s']:,.0f} tok/s")
             if step % cfg.eval_every == 0 or pstep + 1 == phase.steps:
                 last_eval = evaluate(runner, corpus.val, phase.seq_len, cfg.eval_sequences, micro, use_mtp, d, autocast)
-                metrics.log({"step": step, "phase": phase.name, "seq_len": phase.seq_len, **last_eval})
+                if metrics is not None:
+                    metrics.write(step, {"phase": phase.name, "seq_len": phase.seq_len, **last_eval})
                 if d.main:
                     console.print(f"  eval @ {step}: loss {last_eval['eval_loss_main']:.4f}"
                                   + (f" mtp {last_eval['eval_loss_mtp']:.3f}" if use_mtp else ""))
@@ -392,7 +352,8 @@ def train(cfg: PretrainConfig, *, resume: bool = False,
             ckpt.publish_model(ckpt.latest_checkpoint(run_dir), run_dir / "model")
             console.print(f"[bold]done[/]: final model in {run_dir / 'model'}")
     finally:
-        metrics.close()
+        if metrics is not None:
+            metrics.close()
         if d.owns_group:
             dist.destroy_process_group()
     return {"run_dir": str(run_dir), "model_dir": str(run_dir / "model"), "steps": step,

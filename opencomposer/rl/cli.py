@@ -10,12 +10,34 @@ A bad config stops before anything starts, with the field named; exit status 2.
 
 from __future__ import annotations
 
+import importlib
 import json
 from pathlib import Path
+from typing import Callable
 
 import typer
 
 from opencomposer.errors import OpenComposerError
+
+# (mode, runner) -> the function that runs it, as "module:function": imported on use, so a
+# single-turn or local run never imports Ray. Each takes (cfg, *, resume, on_step).
+RUNNERS = {
+    ("single_turn", "local"): "opencomposer.rl.single_turn:run_single_turn",
+    ("agentic", "local"): "opencomposer.rl.orchestrator:run_agentic",
+    ("agentic", "ray"): "opencomposer.rl.ray_runner:run_ray",
+}
+
+
+def runner_for(cfg) -> Callable[..., dict]:
+    """The run function for cfg's mode and runner (agentic.runner; single-turn runs are local)."""
+    runner = cfg.agentic.runner if cfg.mode == "agentic" else "local"
+    module, _, name = RUNNERS[cfg.mode, runner].partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def run_rl(cfg, *, resume: bool = False, on_step: Callable[[int, dict], None] | None = None) -> dict:
+    """Run one RL config to the end with the function RUNNERS names for it; returns its summary."""
+    return runner_for(cfg)(cfg, resume=resume, on_step=on_step)
 
 
 def rl(
@@ -35,14 +57,7 @@ def rl(
         console.print(f"[red]error:[/red] {e}", markup=True, highlight=False)
         raise typer.Exit(2)
     try:
-        if cfg.mode == "single_turn":
-            from opencomposer.rl.single_turn import run_single_turn
-
-            summary = run_single_turn(cfg, resume=resume)
-        else:
-            from opencomposer.rl.orchestrator import run_agentic
-
-            summary = run_agentic(cfg, resume=resume)
+        summary = run_rl(cfg, resume=resume)
     except OpenComposerError as e:
         console.print(f"[red]error:[/red] {e}", markup=True, highlight=False)
         raise typer.Exit(2)

@@ -406,9 +406,6 @@ class Orchestrator:
 
 # ----------------------------------------------------------------------------- the run
 
-_RESUMABLE_CHANGES = ("train.max_steps", "log.", "run.num_threads", "run.device", "checkpoint.", "agentic.ray.")
-
-
 def select_tasks(a: AgenticConfig) -> list[Task]:
     import fnmatch
 
@@ -432,97 +429,51 @@ def agent_config(cfg) -> AgentConfig:
 
 def run_agentic(cfg, *, resume: bool = False, make_policy: PolicyFactory | None = None,
                 on_step: Callable[[int, dict], None] | None = None) -> dict:
-    """`opencomposer rl --config FILE` for `mode: agentic` (runner local; ray goes to ray_runner.py).
+    """`opencomposer rl --config FILE` for `mode: agentic` with the local runner (rl/cli.py picks it).
 
-    Builds the policy (rl/trainer.py load_policy), the embedded engine serving a copy of it (or,
-    with weight_sync.mode "disk", a server at weight_sync.server_url), the trainer, and runs the
-    Orchestrator; metrics.jsonl + TensorBoard, checkpoints every checkpoint.every_steps and at the
-    end, `--resume` from the latest. make_policy overrides the engine-backed policy (tests);
+    The set-up every mode shares is rl/run.py's: the policy and trainer, where the policy
+    generates (the embedded engine serving a copy of it, or, with weight_sync.mode "disk", a
+    server at weight_sync.server_url), metrics.jsonl + TensorBoard, checkpoints every
+    checkpoint.every_steps and at the end, `--resume` from the latest. This function adds the
+    tasks and runs the Orchestrator. make_policy overrides the engine-backed policy (tests);
     on_step(step, metrics) runs after each step's metrics are written, before its checkpoint.
     """
-    if cfg.agentic.runner == "ray":
-        from opencomposer.rl.ray_runner import run_ray
-
-        return run_ray(cfg, resume=resume, on_step=on_step)
-    import copy
-
-    import torch
-
-    from opencomposer.device import resolve_device
-    from opencomposer.engine.client import InProcessClient, SGLangClient
+    # Imported here: opencomposer.config imports this module for AgenticConfig, and rl/run.py
+    # (through the trainer) imports opencomposer.config.
     from opencomposer.harness.agent import TokenClientPolicy
-    from opencomposer.rl.checkpoint import Checkpointer, open_run, set_rng_state
-    from opencomposer.rl.single_turn import MetricsLog, load_tokenizer
-    from opencomposer.rl.trainer import Trainer, load_policy
-    from opencomposer.rl.weight_sync import DiskSync, InPlaceSync
+    from opencomposer.model.tokenizer import load_tokenizer
+    from opencomposer.rl.run import INFERENCE, Run, build_trainer
     from opencomposer.sandbox import get_backend
 
     a = cfg.agentic
-    run_dir = Path(cfg.run.out_dir)
-    ckpt, state = open_run(cfg, run_dir, resume, _RESUMABLE_CHANGES)
-    if cfg.run.num_threads:
-        torch.set_num_threads(cfg.run.num_threads)
-
+    run = Run.open(cfg, resume, on_step)
     tasks = select_tasks(a)
     tokenizer = load_tokenizer(cfg.model.tokenizer)
-    device = resolve_device(cfg.run.device, "run.device")  # the trainer's, the reference's and the engine's
-    model = load_policy(cfg.model, cfg.run.seed).to(device)
-    ref = (load_policy(cfg.model, cfg.run.seed).to(device)
-           if cfg.reward.kl_coef > 0 or cfg.loss.kl_loss_coef > 0 else None)
-    if state is not None:
-        model.load_state_dict(Checkpointer.load_model(state, dtype=next(model.parameters()).dtype).state_dict())
-    trainer = Trainer.from_config(cfg, model, ref)
-    if state is not None:
-        trainer.load_state_dict(state.trainer)
-        set_rng_state(state.rng)
+    trainer = build_trainer(cfg, run.state, tokenizer)
+    model = trainer.model
     replay = cfg.train.router_replay and bool(model.config.moe_layers)
-    engine = None
-    if cfg.weight_sync.mode == "in_place":
-        from opencomposer.engine.engine import Engine
-
-        dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[cfg.engine.dtype]
-        engine = Engine(copy.deepcopy(model).requires_grad_(False), max_slots=cfg.engine.max_slots,
-                        max_len=cfg.engine.max_len, speculative_depth=cfg.engine.speculative_depth, dtype=dtype)
-        sync = InPlaceSync(engine, delta=cfg.weight_sync.delta)
-        client = InProcessClient(engine, tokenizer)
-    else:
-        sync = DiskSync(cfg.weight_sync.server_url, cfg.weight_sync.sync_dir or run_dir / "weight_sync",
-                        delta=cfg.weight_sync.delta)
-        client = SGLangClient(cfg.weight_sync.server_url, tokenizer=tokenizer)
-    sync.sync(model, trainer.version)  # the engine serves exactly the trainer's weights and version
+    inference = INFERENCE[cfg.weight_sync.mode](cfg, trainer, tokenizer, run.dir)
     if make_policy is None:
-        policy = TokenClientPolicy(client, tokenizer, name=f"rl:{run_dir.name}", routed_experts=replay)
+        policy = TokenClientPolicy(inference.client, tokenizer, name=f"rl:{run.dir.name}", routed_experts=replay)
         make_policy = lambda task: policy  # noqa: E731 (one shared client; the engine batches)
     cfg_run = a.model_copy(update={"rollout": a.rollout.model_copy(update={"agent": agent_config(cfg)})})
-    log = MetricsLog(run_dir, cfg.log.tensorboard, state.step if state is not None else None)
-
-    def save(step: int) -> None:
-        s = orch.state_dict()
-        ckpt.save(step, model=model, trainer_state=trainer.state_dict(), version=trainer.version,
-                  cursor=s["cursor"], buffer=s["buffer"], config=cfg.model_dump(mode="json"), extra=s["extra"])
-
-    def after_step(step: int, metrics: dict) -> None:
-        log.write(step, metrics)
-        if on_step is not None:
-            on_step(step, metrics)
-        if step % cfg.checkpoint.every_steps == 0:
-            save(step)
-
-    orch = Orchestrator(tasks, trainer, lambda v: sync.sync(model, v).as_metrics(), cfg_run, cfg.reward,
-                        make_policy=make_policy, backend=get_backend(a.backend), seed=cfg.run.seed, out_dir=run_dir,
-                        max_steps=cfg.train.max_steps, on_step=after_step)
-    if state is not None:
-        orch.load_state_dict(state.cursor, state.buffer, state.extra)
+    run.open_metrics()
+    orch = Orchestrator(tasks, trainer, lambda v: inference.sync.sync(model, v).as_metrics(), cfg_run, cfg.reward,
+                        make_policy=make_policy, backend=get_backend(a.backend), seed=cfg.run.seed, out_dir=run.dir,
+                        max_steps=cfg.train.max_steps, on_step=run.end_step)
+    run.snapshot = lambda step: dict(model=model, trainer_state=trainer.state_dict(), version=trainer.version,
+                                     **orch.state_dict())
+    if run.state is not None:
+        orch.load_state_dict(run.state.cursor, run.state.buffer, run.state.extra)
     t0 = time.perf_counter()
     try:
         asyncio.run(orch.run())
-        if orch.step % cfg.checkpoint.every_steps != 0 and (state is None or orch.step != state.step):
-            save(orch.step)
+        run.finish(orch.step)
     finally:
-        log.close()
-        if engine is not None:
-            engine.stop()
-    return {"run_dir": str(run_dir), "steps": orch.step, "policy_version": trainer.version,
+        run.close()
+        if inference.engine is not None:
+            inference.engine.stop()
+    return {"run_dir": str(run.dir), "steps": orch.step, "policy_version": trainer.version,
             "trained": list(orch.cursor.trained), "given_up": list(orch.given_up),
-            "engine_version": engine.policy_version if engine is not None else None,
+            "engine_version": inference.engine.policy_version if inference.engine is not None else None,
             "seconds": time.perf_counter() - t0}

@@ -9,8 +9,8 @@
                                               rollout actor's requests; in-place weight updates)
                                        ──► TrainerActor × trainer_world_size
                                               torch.distributed (gloo on CPU, nccl on GPU),
-                                              FSDP2 (`fully_shard` per block, per MTP module,
-                                              and at the root), rl/trainer.py's Trainer
+                                              FSDP2 (model/parallelize.py: per block, per MTP
+                                              module, and at the root), rl/trainer.py's Trainer
 
 `runner: ray` in the `agentic` section is the only change from a local run; `agentic.ray` says
 where (address, actors, trainer world size, GPUs). An actor computes on a GPU exactly when Ray
@@ -51,9 +51,10 @@ from typing import Callable, Sequence
 
 import ray
 
+from opencomposer.model.parallelize import apply_fsdp
+from opencomposer.model.tokenizer import load_tokenizer
 from opencomposer.rl.orchestrator import Orchestrator, agent_config, select_tasks
-
-_RESUMABLE_CHANGES = ("train.max_steps", "log.", "run.num_threads", "run.device", "checkpoint.", "agentic.ray.")
+from opencomposer.rl.run import Run, build_engine, load_models
 
 
 def _cfg(cfg_json: dict):
@@ -78,18 +79,13 @@ class InferenceActor:
     """The embedded engine in an actor: token ids in, GenerationResults out."""
 
     def __init__(self, cfg_json: dict, state_dict: dict | None = None, version: int = 0):
-        import torch
-
-        from opencomposer.engine.engine import Engine
         from opencomposer.rl.trainer import load_policy
 
         cfg = _cfg(cfg_json)
         model = load_policy(cfg.model, cfg.run.seed).requires_grad_(False).to(_actor_device())
         if state_dict is not None:
             model.load_state_dict(state_dict)
-        dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[cfg.engine.dtype]
-        self.engine = Engine(model, max_slots=cfg.engine.max_slots, max_len=cfg.engine.max_len,
-                             speculative_depth=cfg.engine.speculative_depth, dtype=dtype)
+        self.engine = build_engine(cfg, model)
         self.engine.policy_version = version
 
     async def generate(self, input_ids: list[int], sampling, routed_experts: bool):
@@ -121,7 +117,6 @@ class RolloutActor:
     """Runs groups (rollout.run_group) with its node's sandboxes and the shared inference actor."""
 
     def __init__(self, cfg_json: dict, inference, routed_experts: bool):
-        from opencomposer.rl.single_turn import load_tokenizer
         from opencomposer.sandbox import get_backend
 
         self.cfg = _cfg(cfg_json)
@@ -147,15 +142,6 @@ class RolloutActor:
         return ray.get_runtime_context().get_node_id()
 
 
-def shard(model) -> None:
-    """FSDP2: one unit per decoder block and per MTP module, then the root (embeddings, norm, head)."""
-    from torch.distributed.fsdp import fully_shard
-
-    for block in [*model.layers, *model.mtp]:
-        fully_shard(block)
-    fully_shard(model)
-
-
 @ray.remote(num_cpus=0)
 class TrainerActor:
     """One rank of the distributed trainer (rl/trainer.py's Trainer over an FSDP2 model)."""
@@ -164,20 +150,16 @@ class TrainerActor:
         import torch.distributed as dist
 
         from opencomposer.rl.checkpoint import Checkpointer
-        from opencomposer.rl.trainer import Trainer, load_policy
+        from opencomposer.rl.trainer import Trainer
 
         cfg = _cfg(cfg_json)
         self.rank, self.world = rank, world
         device = _actor_device()
         dist.init_process_group("nccl" if device.type == "cuda" else "gloo", init_method=init_method, rank=rank,
                                 world_size=world)
-        model = load_policy(cfg.model, cfg.run.seed)
         state = Checkpointer(Path(ckpt_path).parent).load(ckpt_path) if ckpt_path else None
-        if state is not None:
-            model.load_state_dict(Checkpointer.load_model(state, dtype=next(model.parameters()).dtype).state_dict())
-        ref = load_policy(cfg.model, cfg.run.seed) if cfg.reward.kl_coef > 0 or cfg.loss.kl_loss_coef > 0 else None
-        model, ref = model.to(device), ref.to(device) if ref is not None else None
-        shard(model)
+        model, ref = load_models(cfg, state, device)
+        apply_fsdp(model)
         self.trainer = Trainer.from_config(cfg, model, ref)
         if state is not None:
             from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
@@ -287,17 +269,17 @@ def _free_port() -> int:
 
 def run_ray(cfg, *, resume: bool = False, on_step: Callable[[int, dict], None] | None = None) -> dict:
     """Run `cfg` (mode agentic, runner ray); connects to agentic.ray.address or an already
-    initialised Ray, else starts a local instance. Returns the same summary as run_agentic."""
+    initialised Ray, else starts a local instance. Returns the same summary as run_agentic.
+    The run directory, metrics and checkpoint cadence are rl/run.py's Run."""
     from opencomposer.errors import ConfigError
-    from opencomposer.rl.checkpoint import open_run
-    from opencomposer.rl.single_turn import MetricsLog
     from opencomposer.rl.trainer import load_policy
 
     a = cfg.agentic
     if cfg.weight_sync.mode != "in_place":
         raise ConfigError("runner 'ray' serves the policy from an InferenceActor: weight_sync.mode must be 'in_place'")
-    run_dir = Path(cfg.run.out_dir).resolve()
-    ckpt, state = open_run(cfg, run_dir, resume, _RESUMABLE_CHANGES)
+    run = Run.open(cfg, resume, on_step)
+    run_dir = run.dir.resolve()
+    state = run.state
     tasks = select_tasks(a)
     started = False
     if not ray.is_initialized():
@@ -311,7 +293,7 @@ def run_ray(cfg, *, resume: bool = False, on_step: Callable[[int, dict], None] |
     W = a.ray.trainer_world_size
     init = f"tcp://{ray.util.get_node_ip_address()}:{_free_port()}"
     ranks = [TrainerActor.options(num_gpus=a.ray.trainer_gpus).remote(
-        cfg_json, r, W, init, str(state.path) if state else None) for r in range(W)]
+        cfg_json, r, W, init, str(state.path.resolve()) if state else None) for r in range(W)]  # actors: another cwd
     trainer = RayTrainer(ranks, ray.get(ranks[0].version.remote()))
     inference = InferenceActor.options(num_gpus=a.ray.inference_gpus).remote(
         cfg_json, trainer.full_state()["model"], trainer.version)
@@ -321,25 +303,20 @@ def run_ray(cfg, *, resume: bool = False, on_step: Callable[[int, dict], None] |
     pool = RolloutPool(lambda: RolloutActor.options(  # named, so an operator (or a test) can find and kill one
         name=f"opencomposer-rollout-{run_dir.name}-{next(serial)}", namespace="opencomposer",
         scheduling_strategy="SPREAD").remote(cfg_json, inference, replay), a.ray.rollout_actors)
-    log = MetricsLog(run_dir, cfg.log.tensorboard, state.step if state is not None else None)
+    run.open_metrics()
 
-    def save(step: int) -> None:
+    def snapshot(step: int) -> dict:
         full = trainer.full_state(optimizer=True)
         model = copy.deepcopy(template)
         model.load_state_dict(full["model"])
-        s = orch.state_dict()
-        ckpt.save(step, model=model, trainer_state={"optimizer": full["optimizer"], "version": trainer.version,
-                                                    "steps": step},
-                  version=trainer.version, cursor=s["cursor"], buffer=s["buffer"], config=cfg_json, extra=s["extra"])
+        return dict(model=model, trainer_state={"optimizer": full["optimizer"], "version": trainer.version,
+                                                "steps": step}, version=trainer.version, **orch.state_dict())
 
     def after_step(step: int, metrics: dict) -> None:
         metrics["workers/actors_replaced"] = float(pool.replaced)
-        log.write(step, metrics)
-        if on_step is not None:
-            on_step(step, metrics)
-        if step % cfg.checkpoint.every_steps == 0:
-            save(step)
+        run.end_step(step, metrics)
 
+    run.snapshot = snapshot
     orch = Orchestrator(tasks, trainer, sync.sync, a, cfg.reward, run_group_fn=pool.run_group, seed=cfg.run.seed,
                         out_dir=run_dir, max_steps=cfg.train.max_steps, on_step=after_step)
     if state is not None:
@@ -347,11 +324,10 @@ def run_ray(cfg, *, resume: bool = False, on_step: Callable[[int, dict], None] |
     t0 = time.perf_counter()
     try:
         asyncio.run(orch.run())
-        if orch.step % cfg.checkpoint.every_steps != 0 and (state is None or orch.step != state.step):
-            save(orch.step)
+        run.finish(orch.step)
         engine_version = ray.get(inference.policy_version.remote())
     finally:
-        log.close()
+        run.close()
         ray.get([r.shutdown.remote() for r in ranks])
         for actor in [*ranks, inference, *pool.actors]:
             ray.kill(actor)

@@ -23,7 +23,6 @@ functions that take batches (wrap one in a per-sample function).
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import importlib
 import json
@@ -34,22 +33,15 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import numpy as np
-import torch
 
 from opencomposer.config import RLConfig, RewardFunctionConfig
-from opencomposer.device import resolve_device
 from opencomposer.engine.types import GenerationRequest, GenerationResult, SamplingParams, behaviour_logprobs_mode
 from opencomposer.errors import ConfigError, InferenceError
-from opencomposer.model.tokenizer import Tokenizer, bundled_tokenizer
+from opencomposer.model.tokenizer import Tokenizer, load_tokenizer
 from opencomposer.rl.buffer import DataCursor, Group, GroupBuffer, Sample
-from opencomposer.rl.checkpoint import Checkpointer, open_run, set_rng_state
-from opencomposer.rl.trainer import Trainer, load_policy
-from opencomposer.rl.weight_sync import InPlaceSync
+from opencomposer.rl.run import Run, build_trainer, embedded_inference
 
 RewardFn = Callable[..., float]
-
-# Changing these between a checkpoint and its resume does not change what is trained.
-_RESUMABLE_CHANGES = ("train.max_steps", "log.", "run.num_threads", "run.device", "checkpoint.")
 
 
 # ---- data and rewards -------------------------------------------------------------------------
@@ -223,43 +215,6 @@ def encode_prompt(tokenizer: Tokenizer, text: str, add_bos: bool) -> list[int]:
     return ([tokenizer.bos_id] if add_bos and tokenizer.bos_id is not None else []) + ids
 
 
-def load_tokenizer(spec: str) -> Tokenizer:
-    if spec.startswith("bundled:"):
-        return bundled_tokenizer(spec.removeprefix("bundled:"))
-    return Tokenizer.load(spec)
-
-
-# ---- metrics ------------------------------------------------------------------------------------
-
-class MetricsLog:
-    """metrics.jsonl (one object per step) + TensorBoard scalars; resuming drops lines past the checkpoint."""
-
-    def __init__(self, run_dir: Path, tensorboard: bool, resume_step: int | None):
-        self.path = run_dir / "metrics.jsonl"
-        if self.path.exists():
-            keep = []
-            if resume_step is not None:
-                keep = [line for line in self.path.read_text().splitlines()
-                        if line.strip() and json.loads(line).get("step", 0) <= resume_step]
-            self.path.write_text("".join(line + "\n" for line in keep))
-        self.writer = None
-        if tensorboard:
-            from torch.utils.tensorboard import SummaryWriter
-
-            self.writer = SummaryWriter(str(run_dir / "tb"), purge_step=(resume_step or 0) + 1)
-
-    def write(self, step: int, metrics: dict[str, float]) -> None:
-        with self.path.open("a") as f:
-            f.write(json.dumps({"step": step, **metrics}) + "\n")
-        if self.writer is not None:
-            for k, v in metrics.items():
-                self.writer.add_scalar(k, v, step)
-
-    def close(self) -> None:
-        if self.writer is not None:
-            self.writer.close()
-
-
 # ---- the run ------------------------------------------------------------------------------------
 
 def run_single_turn(cfg: RLConfig, *, resume: bool = False, prompts: Sequence[Prompt] | None = None,
@@ -269,17 +224,13 @@ def run_single_turn(cfg: RLConfig, *, resume: bool = False, prompts: Sequence[Pr
 
     prompts / reward_fns override the config's (for Python callers and tests). resume: continue
     from the latest checkpoint in <out_dir>/checkpoints (a fresh start if there is none yet).
+    The set-up every mode shares (run directory, policy, reference, trainer, engine, metrics,
+    checkpoints) is rl/run.py's; this function keeps the data and the loop.
     """
-    from opencomposer.engine.engine import Engine
-
     if cfg.weight_sync.mode != "in_place":
         raise ConfigError("single-turn mode generates with the embedded engine: weight_sync.mode must be "
                           "'in_place' ('disk' is for remote inference servers)")
-    run_dir = Path(cfg.run.out_dir)
-    ckpt, state = open_run(cfg, run_dir, resume, _RESUMABLE_CHANGES)
-    if cfg.run.num_threads:
-        torch.set_num_threads(cfg.run.num_threads)
-
+    run = Run.open(cfg, resume, on_step)
     tokenizer = load_tokenizer(cfg.model.tokenizer)
     data = list(prompts) if prompts is not None else load_prompts(cfg.data.prompts, cfg.data.prompt_field,
                                                                    cfg.data.id_field)
@@ -290,37 +241,23 @@ def run_single_turn(cfg: RLConfig, *, resume: bool = False, prompts: Sequence[Pr
         raise ConfigError(f"the longest prompt ({longest} tokens) + sampling.max_new_tokens "
                           f"({cfg.sampling.max_new_tokens}) exceed engine.max_len ({cfg.engine.max_len})")
 
-    device = resolve_device(cfg.run.device, "run.device")  # the trainer's, the reference's and the engine's
-    model = load_policy(cfg.model, cfg.run.seed).to(device)
-    if tokenizer.vocab_size > model.config.vocab_size:
-        raise ConfigError(f"the tokenizer has {tokenizer.vocab_size} tokens, the model's vocab_size is "
-                          f"{model.config.vocab_size}")
-    needs_ref = cfg.reward.kl_coef > 0 or cfg.loss.kl_loss_coef > 0
-    ref = load_policy(cfg.model, cfg.run.seed).to(device) if needs_ref else None  # the initial weights, also on resume
+    trainer = build_trainer(cfg, run.state, tokenizer)
     cursor = DataCursor([p.id for p in data], cfg.run.seed, cfg.data.shuffle)
     buffer = GroupBuffer()
-    if state is not None:
-        model.load_state_dict(Checkpointer.load_model(state, dtype=next(model.parameters()).dtype).state_dict())
-    trainer = Trainer.from_config(cfg, model, ref)
-    step = 0
-    if state is not None:
-        trainer.load_state_dict(state.trainer)
-        buffer.load_state_dict(state.buffer)
-        cursor.load_state_dict(state.cursor, buffer.task_ids())
-        set_rng_state(state.rng)
-        step = state.step
-    engine_dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[cfg.engine.dtype]
-    engine = Engine(copy.deepcopy(model).requires_grad_(False), max_slots=cfg.engine.max_slots,
-                    max_len=cfg.engine.max_len, speculative_depth=cfg.engine.speculative_depth, dtype=engine_dtype)
-    sync = InPlaceSync(engine, delta=cfg.weight_sync.delta)
-    sync.sync(model, trainer.version)  # the engine serves exactly the trainer's weights and version
-    log = MetricsLog(run_dir, cfg.log.tensorboard, step if state is not None else None)
+    if run.state is not None:
+        buffer.load_state_dict(run.state.buffer)
+        cursor.load_state_dict(run.state.cursor, buffer.task_ids())
+    run.snapshot = lambda step: dict(model=trainer.model, trainer_state=trainer.state_dict(), version=trainer.version,
+                                     cursor=cursor.state_dict(), buffer=buffer.state_dict())
+    inference = embedded_inference(cfg, trainer, tokenizer, run.dir)
+    engine, model = inference.engine, trainer.model
+    run.open_metrics()
 
+    step = run.start_step
     total_steps = cfg.train.max_steps or (step + math.ceil((cursor.remaining + len(cursor.in_flight))
                                                            / cfg.data.groups_per_step))
     progress = _progress(cfg.log.progress, total_steps, step)
     t_run = time.perf_counter()
-    saved = step if state is not None else None
     try:
         while cfg.train.max_steps is None or step < cfg.train.max_steps:
             t0 = time.perf_counter()
@@ -338,7 +275,7 @@ def run_single_turn(cfg: RLConfig, *, resume: bool = False, prompts: Sequence[Pr
                                      f"was aborted (see the engine's log)")
             metrics = trainer.step(groups)
             cursor.mark_trained(g.task_id for g in groups)
-            stats = sync.sync(model, trainer.version)
+            stats = inference.sync.sync(model, trainer.version)
             step += 1
             completion_tokens = sum(s.num_generated for g in groups for s in g.samples)
             dt = time.perf_counter() - t0
@@ -347,30 +284,18 @@ def run_single_turn(cfg: RLConfig, *, resume: bool = False, prompts: Sequence[Pr
                             "gen/tokens_per_s": completion_tokens / max(t_gen, 1e-9),
                             "step/time_s": dt, "step/completion_tokens_per_s": completion_tokens / dt,
                             "data/trained": float(len(cursor.trained)), "data/remaining": float(cursor.remaining)})
-            log.write(step, metrics)
-            if on_step is not None:
-                on_step(step, metrics)
+            run.end_step(step, metrics)
             if progress is not None:
                 progress[0].update(progress[1], completed=step,
                                    description=f"step {step} reward {metrics['reward/mean']:.3f}")
-            if step % cfg.checkpoint.every_steps == 0:
-                _save(ckpt, step, trainer, cursor, buffer, cfg)
-                saved = step
-        if saved != step:
-            _save(ckpt, step, trainer, cursor, buffer, cfg)
+        run.finish(step)
     finally:
         if progress is not None:
             progress[0].stop()
-        log.close()
+        run.close()
         engine.stop()
-    return {"run_dir": str(run_dir), "steps": step, "policy_version": trainer.version,
+    return {"run_dir": str(run.dir), "steps": step, "policy_version": trainer.version,
             "trained": list(cursor.trained), "seconds": time.perf_counter() - t_run}
-
-
-def _save(ckpt: Checkpointer, step: int, trainer: Trainer, cursor: DataCursor, buffer: GroupBuffer,
-          cfg: RLConfig) -> None:
-    ckpt.save(step, model=trainer.model, trainer_state=trainer.state_dict(), version=trainer.version,
-              cursor=cursor.state_dict(), buffer=buffer.state_dict(), config=cfg.model_dump(mode="json"))
 
 
 def _progress(enabled: bool, total: int, done: int):

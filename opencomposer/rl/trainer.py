@@ -36,7 +36,7 @@ samples/skipped_zero_advantage. entropy and mismatch/* are over the samples that
 
 Covered: single-device training of opencomposer's Transformer (on the CPU or one GPU: the
 model's device), one optimiser step per batch (single epoch, [R §4]). Left out: FSDP/multi-device
-(a parallelize step around `model`; rl/ray_runner.py wraps it), MTP losses during RL.
+(model/parallelize.py shards `model` first; rl/ray_runner.py does), MTP losses during RL.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ from __future__ import annotations
 import copy
 import math
 import time
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Sequence
 
 import numpy as np
@@ -60,7 +60,7 @@ from opencomposer.rl.rewards import RewardConfig
 from opencomposer.training.packing import Packed, forward_packed, pack
 from opencomposer.training.schedule import warmup_cosine_lr
 
-_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}  # model.dtype and engine.dtype names
 
 
 def load_policy(src: ModelSourceConfig, seed: int = 0) -> Transformer:
@@ -69,7 +69,7 @@ def load_policy(src: ModelSourceConfig, seed: int = 0) -> Transformer:
     Calling it twice with the same arguments gives the same weights (the reference model and a
     resumed run's reference are rebuilt this way).
     """
-    dtype = _DTYPES[src.dtype]
+    dtype = DTYPES[src.dtype]
     if src.path is not None:
         return load_pretrained(src.path, dtype=dtype).train()
     state = torch.random.get_rng_state()
@@ -79,6 +79,11 @@ def load_policy(src: ModelSourceConfig, seed: int = 0) -> Transformer:
     finally:
         torch.random.set_rng_state(state)
     return model.to(dtype).train()
+
+
+def needs_reference(reward: RewardConfig, loss: PolicyLossConfig) -> bool:
+    """Whether a frozen reference model is needed: for KL in the reward (β) or in the loss."""
+    return reward.kl_coef > 0 or loss.kl_loss_coef > 0
 
 
 @dataclass
@@ -157,6 +162,52 @@ def trajectory_advantages(samples: Sequence[Sample], rewards_B: torch.Tensor, gi
     return compute_advantages(r_J, cfg, group_ids=gid_J)[tid_B]
 
 
+@dataclass
+class _Selected:
+    """What a step runs forward and backward (Trainer._select)."""
+
+    samples: list[Sample]
+    batch: Batch
+    adv_B: torch.Tensor                          # float32, on the model's device
+    mbs: list[tuple[int, int, Packed | None]]    # micro-batches: sample ranges [i, j) of `batch`
+
+
+@dataclass
+class _Accumulated:
+    """What the micro-batches of a step add up to (Trainer._backward)."""
+
+    loss: float = 0.0
+    replaced: int = 0
+    diff_sum: float = 0.0     # Σ |log π_θ − log μ| over generated tokens
+    entropy_sum: float = 0.0
+    sums: dict[str, float] = field(default_factory=dict)
+    weights: dict[str, float] = field(default_factory=dict)
+
+    def add(self, scaled_loss: float, m: dict[str, float], scale: float, tokens: float) -> None:
+        """One micro-batch's loss and policy_loss metrics: loss terms add up like the loss, _max/_min
+        keep the extreme, other metrics are per-token means weighted by its generated tokens."""
+        self.loss += scaled_loss
+        for k, v in m.items():
+            if k in ("pg_loss", "kl_ref"):
+                self.sums[k], self.weights[k] = self.sums.get(k, 0.0) + v * scale, 1.0
+            elif tokens == 0:
+                continue
+            elif k.endswith(("_max", "_min")):
+                better = max if k.endswith("_max") else min
+                self.sums[k], self.weights[k] = better(self.sums.get(k, v), v), 1.0
+            else:
+                self.sums[k] = self.sums.get(k, 0.0) + v * tokens
+                self.weights[k] = self.weights.get(k, 0.0) + tokens
+
+    def metrics(self, n_run: int) -> dict[str, float]:
+        """The policy-loss metrics, mismatch/* over the n_run generated tokens that ran, and the loss."""
+        out = {k: v / self.weights[k] for k, v in self.sums.items()}
+        out["mismatch/kl_k3"] = out.pop("kl_behav_k3", 0.0)
+        out["mismatch/abs_logp_diff"] = self.diff_sum / max(n_run, 1)
+        out["loss"] = self.loss
+        return out
+
+
 class Trainer:
     """Owns the policy being trained, its optimiser, the reference model and the policy version.
 
@@ -179,7 +230,7 @@ class Trainer:
         self.temperature = temperature
         self.version = version
         self.steps = 0
-        self.needs_ref = reward.kl_coef > 0 or loss.kl_loss_coef > 0
+        self.needs_ref = needs_reference(reward, loss)
         self.ref_model = None
         if self.needs_ref:
             self.ref_model = (ref_model if ref_model is not None else copy.deepcopy(model)).eval()
@@ -267,60 +318,90 @@ class Trainer:
         group_index = {g.group_id: i for i, g in enumerate(groups)}
         gid_B = torch.tensor([group_index[s.group_id] for s in samples])
         batch = collate(samples, self._moe_shape).to(self.device)
-        B, T = batch.mask_BT.shape
         metrics: dict[str, float] = {}
 
-        # KL-in-reward against the frozen reference, then group-relative advantages.
-        rewards_B = torch.tensor([s.reward for s in samples], dtype=torch.float64)
         ref_mbs = self._micro_batches(samples, batch) if self.needs_ref else None
         ref_logp_BT = self._ref_logprobs(batch, ref_mbs) if ref_mbs is not None else None
+        rewards_B = self._rewards(samples, batch, ref_logp_BT, metrics)
+        adv_B = trajectory_advantages(samples, rewards_B, gid_B, self.adv_cfg).float()
+        run = self._select(samples, batch, adv_B, ref_mbs)
+        metrics["samples/skipped_zero_advantage"] = float(len(samples) - len(run.samples))
+        acc = self._backward(run, batch, ref_logp_BT)
+        grad_norm, lr = self._optimizer_step()
+        dt = time.perf_counter() - t0
+
+        n_run = int(run.batch.mask_BT.sum()) if run.samples else 0
+        metrics.update(acc.metrics(n_run))
+        metrics["grad_norm"] = grad_norm
+        metrics["entropy"] = acc.entropy_sum / max(n_run, 1)
+        metrics.update(self._replay_metrics(acc.replaced, run))
+        metrics.update(self._batch_metrics(samples, groups, batch, rewards_B, gid_B, adv_B))
+        metrics["tokens/s"] = metrics["tokens/total"] / dt
+        metrics["time/step_s"] = dt
+        metrics["policy_version"] = float(self.version)
+        metrics["lr"] = lr
+        return metrics
+
+    def _rewards(self, samples: Sequence[Sample], batch: Batch, ref_logp_BT: torch.Tensor | None,
+                 metrics: dict[str, float]) -> torch.Tensor:
+        """r_i, minus β·Σ_t kl_t(behav, ref) with KL in the reward [B] float64 (metrics["reward/kl"])."""
+        rewards_B = torch.tensor([s.reward for s in samples], dtype=torch.float64)
         if self.reward_cfg.kl_coef > 0:
             kl_B = kl_in_reward(batch.behav_logp_BT, ref_logp_BT, batch.mask_BT, self.reward_cfg.kl_estimator)
             kl_term_B = -self.reward_cfg.kl_coef * kl_B.double().cpu()
             rewards_B = rewards_B + kl_term_B
             metrics["reward/kl"] = kl_term_B.mean().item()
-        adv_B = trajectory_advantages(samples, rewards_B, gid_B, self.adv_cfg).float()
+        return rewards_B
 
-        # Global normalisers, so micro-batch losses add up to the full-batch loss.
-        agg = self.loss_cfg.aggregation
-        n_mask = int(batch.mask_BT.sum())
-        n_seq = int((batch.mask_BT.sum(-1) > 0).sum())
-        # A sample with advantage 0 (every sample of a degenerate group) has loss and gradient 0
-        # under every policy_loss variant: it is not run. The normalisers above stay the whole
-        # batch's, so the step is exactly the full batch's. KL-in-the-loss has a gradient of its own.
+    def _select(self, samples: Sequence[Sample], batch: Batch, adv_B: torch.Tensor,
+                ref_mbs: list[tuple[int, int, Packed | None]] | None) -> "_Selected":
+        """The samples that run forward and backward, their batch, advantages and micro-batches.
+
+        A sample with advantage 0 (every sample of a degenerate group) has loss and gradient 0
+        under every policy_loss variant: it is not run. The normalisers stay the whole batch's
+        (_backward), so the step is exactly the full batch's. KL-in-the-loss has a gradient of its own.
+        """
+        B = len(samples)
         skip = self.train_cfg.skip_zero_advantage and self.loss_cfg.kl_loss_coef == 0
         run_B = adv_B != 0 if skip else torch.ones(B, dtype=torch.bool)
-        run, run_adv_B = samples, adv_B
+        run, run_adv_B = list(samples), adv_B
         if not bool(run_B.all()):
             run = [samples[i] for i in run_B.nonzero().squeeze(1).tolist()]
             run_adv_B = adv_B[run_B]
-        run_adv_B = run_adv_B.to(self.device)
         run_batch = collate(run, self._moe_shape).to(self.device) if run and len(run) < B else batch
-        metrics["samples/skipped_zero_advantage"] = float(B - len(run))
         if not run:
             mbs = []
         elif run_batch is batch and ref_mbs is not None:  # nothing skipped: the reference's packing serves
             mbs = ref_mbs
         else:
             mbs = self._micro_batches(run, run_batch)
-        n_run = int(run_batch.mask_BT.sum()) if run else 0
-        if agg == "constant":
-            mb_cfg = self.loss_cfg.model_copy(update={"loss_norm_tokens": self.loss_cfg.loss_norm_tokens or T})
-        elif agg == "token_mean":  # a per-micro-batch sum: "constant" with T_c = 1 is Σ L·m / B_b
-            mb_cfg = self.loss_cfg.model_copy(update={"aggregation": "constant", "loss_norm_tokens": 1})
-        else:
-            mb_cfg = self.loss_cfg
+        return _Selected(run, run_batch, run_adv_B.to(self.device), mbs)
 
+    def _micro_batch_loss_cfg(self, T: int) -> PolicyLossConfig:
+        """policy_loss's config for one micro-batch, so that the scaled sum over micro-batches is the
+        full-batch loss (module docstring); T = the whole batch's padded length."""
+        agg = self.loss_cfg.aggregation
+        if agg == "constant":
+            return self.loss_cfg.model_copy(update={"loss_norm_tokens": self.loss_cfg.loss_norm_tokens or T})
+        if agg == "token_mean":  # a per-micro-batch sum: "constant" with T_c = 1 is Σ L·m / B_b
+            return self.loss_cfg.model_copy(update={"aggregation": "constant", "loss_norm_tokens": 1})
+        return self.loss_cfg
+
+    def _backward(self, run: "_Selected", batch: Batch, ref_logp_BT: torch.Tensor | None) -> "_Accumulated":
+        """Forward and backward of every micro-batch, each loss scaled by its share of the whole
+        batch (`batch`: its samples, generated tokens or sequences, counted before any skip)."""
+        B, T = batch.mask_BT.shape
+        n_mask = int(batch.mask_BT.sum())
+        n_seq = int((batch.mask_BT.sum(-1) > 0).sum())
+        agg = self.loss_cfg.aggregation
+        mb_cfg = self._micro_batch_loss_cfg(T)
         self.optimizer.zero_grad(set_to_none=True)
-        sums: dict[str, float] = {}
-        weight_sum: dict[str, float] = {}
-        loss_total, replaced = 0.0, 0
-        diff_sum = entropy_sum = 0.0
-        for i, j, packed in mbs:
-            mb = run_batch.slice(i, j)
+        acc = _Accumulated()
+        for i, j, packed in run.mbs:
+            mb = run.batch.slice(i, j)
             Bm, Tm = mb.mask_BT.shape
             logp_BT, ent_M, n_rep = self._forward(self.model, mb, packed, replay=self._moe_shape is not None)
-            replaced += n_rep
+            acc.replaced += n_rep
             extra = {}
             if self.loss_cfg.off_policy in ("truncated_is", "masked_is"):
                 extra["old_logp_BT"] = logp_BT.detach()   # one step per batch: π_old = π_θ before the step
@@ -328,7 +409,7 @@ class Trainer:
                 extra["prox_logp_BT"] = logp_BT.detach()
             if self.loss_cfg.kl_loss_coef > 0:
                 extra["ref_logp_BT"] = ref_logp_BT[i:j, :Tm]
-            loss, m = policy_loss(logp_BT, mb.behav_logp_BT, run_adv_B[i:j], mb.mask_BT, mb_cfg, **extra)
+            loss, m = policy_loss(logp_BT, mb.behav_logp_BT, run.adv_B[i:j], mb.mask_BT, mb_cfg, **extra)
             if agg == "constant":
                 scale = Bm / B
             elif agg == "token_mean":
@@ -336,26 +417,17 @@ class Trainer:
             else:
                 scale = int((mb.mask_BT.sum(-1) > 0).sum()) / max(n_seq, 1)
             (loss * scale).backward()
-            loss_total += loss.item() * scale
-            # per-micro-batch metrics, weighted by generated tokens
-            w = float(mb.mask_BT.sum())
-            for k, v in m.items():
-                if k in ("pg_loss", "kl_ref"):  # loss terms add up like the loss
-                    sums[k], weight_sum[k] = sums.get(k, 0.0) + v * scale, 1.0
-                elif w == 0:
-                    continue
-                elif k.endswith(("_max", "_min")):
-                    better = max if k.endswith("_max") else min
-                    sums[k], weight_sum[k] = better(sums.get(k, v), v), 1.0
-                else:  # per-token means, weighted by each micro-batch's generated tokens
-                    sums[k] = sums.get(k, 0.0) + v * w
-                    weight_sum[k] = weight_sum.get(k, 0.0) + w
+            acc.add(loss.item() * scale, m, scale, float(mb.mask_BT.sum()))
             with torch.no_grad():
                 mask = mb.mask_BT
-                diff_sum += (logp_BT.detach() - mb.behav_logp_BT).abs()[mask].sum().item()
-                entropy_sum += ent_M.sum().item()
+                acc.diff_sum += (logp_BT.detach() - mb.behav_logp_BT).abs()[mask].sum().item()
+                acc.entropy_sum += ent_M.sum().item()
             del logp_BT, loss
+        return acc
 
+    def _optimizer_step(self) -> tuple[float, float]:
+        """Clip the global grad norm, AdamW at this step's lr; policy version += 1. Returns
+        (grad norm before clipping, lr)."""
         params = [p for g in self.optimizer.param_groups for p in g["params"]]
         clip = self.train_cfg.optim.grad_clip
         grad_norm = torch.nn.utils.clip_grad_norm_(params, clip if clip is not None else math.inf)
@@ -366,38 +438,30 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         self.version += 1
         self.steps += 1
-        dt = time.perf_counter() - t0
+        return float(grad_norm), lr
 
-        metrics.update({k: v / weight_sum[k] for k, v in sums.items()})
-        metrics["mismatch/kl_k3"] = metrics.pop("kl_behav_k3", 0.0)
-        metrics["mismatch/abs_logp_diff"] = diff_sum / max(n_run, 1)
-        metrics["loss"] = loss_total
-        metrics["grad_norm"] = float(grad_norm)
-        metrics["entropy"] = entropy_sum / max(n_run, 1)
-        replay_slots = 0
-        if self._moe_shape is not None:  # replayed (position, expert) pairs the forwards computed
-            replay_slots = sum(int((run_batch.routed_BTYK[i:j, ..., 0] >= 0).sum()) if p is None else p.replay_rows()
-                               for i, j, p in mbs) * self._moe_shape[1]
-        metrics["replay/replaced_experts"] = float(replaced)
-        metrics["replay/replaced_frac"] = replaced / replay_slots if replay_slots else 0.0
+    def _replay_metrics(self, replaced: int, run: "_Selected") -> dict[str, float]:
+        """Router replay: experts the plausibility threshold replaced, of the replayed (position,
+        expert) pairs the forwards computed."""
+        slots = 0
+        if self._moe_shape is not None:
+            slots = sum(int((run.batch.routed_BTYK[i:j, ..., 0] >= 0).sum()) if p is None else p.replay_rows()
+                        for i, j, p in run.mbs) * self._moe_shape[1]
+        return {"replay/replaced_experts": float(replaced), "replay/replaced_frac": replaced / slots if slots else 0.0}
+
+    def _batch_metrics(self, samples: Sequence[Sample], groups: Sequence[Group], batch: Batch,
+                       rewards_B: torch.Tensor, gid_B: torch.Tensor, adv_B: torch.Tensor) -> dict[str, float]:
+        """Staleness (against the weights just trained), rewards, advantages, groups, tokens."""
         versions = [s.oldest_version() for s in samples]
-        stale = [self.version - 1 - v for v in versions if v is not None]  # against the weights trained
-        metrics["staleness/mean"] = float(np.mean(stale)) if stale else 0.0
-        metrics["staleness/max"] = float(max(stale)) if stale else 0.0
+        stale = [self.version - 1 - v for v in versions if v is not None]
         raw_rewards = np.array([s.reward for s in samples])
-        metrics["reward/mean"] = float(raw_rewards.mean())
-        metrics["reward/std"] = float(raw_rewards.std())
-        metrics["advantage/abs_mean"] = adv_B.abs().mean().item()
-        metrics["groups/count"] = float(len(groups))
-        metrics["groups/degenerate_frac"] = float(degenerate_groups(rewards_B, gid_B).float().mean())
-        n_tokens = int(batch.lengths_B.sum()) + B
-        metrics["tokens/total"] = float(n_tokens)
-        metrics["tokens/generated"] = float(n_mask)
-        metrics["tokens/s"] = n_tokens / dt
-        metrics["time/step_s"] = dt
-        metrics["policy_version"] = float(self.version)
-        metrics["lr"] = lr
-        return metrics
+        return {"staleness/mean": float(np.mean(stale)) if stale else 0.0,
+                "staleness/max": float(max(stale)) if stale else 0.0,
+                "reward/mean": float(raw_rewards.mean()), "reward/std": float(raw_rewards.std()),
+                "advantage/abs_mean": adv_B.abs().mean().item(), "groups/count": float(len(groups)),
+                "groups/degenerate_frac": float(degenerate_groups(rewards_B, gid_B).float().mean()),
+                "tokens/total": float(int(batch.lengths_B.sum()) + len(samples)),
+                "tokens/generated": float(int(batch.mask_BT.sum()))}
 
     def lr_at(self, step: int) -> float:
         """The learning rate of step `step` (0-based): linear warm-up, then constant, or a cosine

@@ -143,6 +143,12 @@ class DiskSync:
         self.client = client
         self._prev: Path | None = None
 
+    @classmethod
+    def from_config(cls, cfg, run_dir: str | Path) -> "DiskSync":
+        """From the `weight_sync` section: the server at server_url, versions under sync_dir
+        (default <run_dir>/weight_sync)."""
+        return cls(cfg.server_url, cfg.sync_dir or Path(run_dir) / "weight_sync", delta=cfg.delta)
+
     def write(self, model: Transformer, version: int) -> tuple[Path, list[str], dict[str, torch.Tensor]]:
         """Write the version directory; returns it, the parameters written, and the state."""
         state = {n: t.detach() for n, t in model.state_dict().items()}

@@ -1,2 +1,3 @@
-"""Training utilities that pretraining, SFT and the RL trainer share: shared-prefix packing and
-the learning-rate schedule. It sits below pretrain/ and rl/ so neither imports the other."""
+"""Training pieces that pretraining, SFT and the RL trainer share (shared-prefix packing, the
+learning-rate schedule, the metrics writer): what no single trainer owns. It sits below pretrain/
+and rl/ so neither imports the other."""

@@ -8,6 +8,7 @@ import pytest
 from typer.testing import CliRunner
 
 from opencomposer.cli import app
+from opencomposer.errors import ConfigError
 from opencomposer.eval import run as run_mod
 from opencomposer.eval.results import read_rows
 from opencomposer.eval.run import EvalOptions, evaluate
@@ -113,6 +114,13 @@ def test_endpoint_specs_build_clients_with_model_url_and_prices(monkeypatch):
     assert tokens.tokenizer.special_id("<|im_end|>") == 3
     assert isinstance(run_mod.parse_policy("oracle:tests", opts)(task), OraclePolicy)
     assert isinstance(run_mod.parse_policy("noop", opts)(task), NoOpPolicy)
+    vllm = run_mod.parse_policy("vllm:my-model@http://127.0.0.1:8000", opts)(task)
+    assert isinstance(vllm, TokenClientPolicy) and vllm.name == "my-model"
+    for bad in ("oracle:x", "noop:x", "openai:no-url", "sglang:", "vllm:", "engine:", "nonsense"):
+        with pytest.raises(ConfigError, match="unknown policy spec"):
+            run_mod.parse_policy(bad, opts)
+    with pytest.raises(ConfigError, match="write vllm:MODEL@BASE_URL"):
+        run_mod.parse_policy("vllm:no-url", opts)
 
 
 def test_eval_with_the_embedded_engine_on_a_tiny_random_checkpoint(tmp_path):

@@ -7,7 +7,7 @@ import pytest
 
 from opencomposer.errors import CheckpointError, ConfigError
 from opencomposer.model.tokenizer import (
-    BOS, END, EOS, PAD, SPECIAL_TOKENS, Tokenizer, bundled_tokenizer, code_corpus, train_tokenizer,
+    BOS, END, EOS, PAD, SPECIAL_TOKENS, Tokenizer, bundled_tokenizer, code_corpus, load_tokenizer, train_tokenizer,
 )
 
 TRICKY = [
@@ -180,3 +180,18 @@ def test_split_digits_writes_every_digit_as_its_own_token(tok, tmp_path):
     loaded = Tokenizer.load(split.save(tmp_path / "split"))
     assert loaded.encode(numbers) == split.encode(numbers)
     assert len(loaded.encode("1234567890")) == 10
+
+
+def test_load_tokenizer_takes_a_spec_else_the_checkpoints_own_else_the_bundled_one(tmp_path):
+    small = train_tokenizer(["def f(x):\n    return x + 1\n"] * 20, vocab_size=300)
+    ckpt = tmp_path / "ckpt"
+    small.save(ckpt)
+    bundled = bundled_tokenizer()
+    assert load_tokenizer("bundled:tokenizer-4k").vocab_size == bundled.vocab_size
+    assert load_tokenizer(ckpt).vocab_size == small.vocab_size
+    assert load_tokenizer(ckpt / "tokenizer.json").vocab_size == small.vocab_size
+    assert load_tokenizer(None, checkpoint=ckpt).vocab_size == small.vocab_size
+    assert load_tokenizer("bundled:tokenizer-4k", checkpoint=ckpt).vocab_size == bundled.vocab_size  # a spec wins
+    assert load_tokenizer(None, checkpoint=tmp_path / "no-tokenizer-here").vocab_size == bundled.vocab_size
+    with pytest.raises(CheckpointError, match="no tokenizer at"):
+        load_tokenizer(tmp_path / "missing.json")

@@ -9,7 +9,7 @@ import ray
 
 from opencomposer.config import load_rl_config
 from opencomposer.harness.trajectory import read_jsonl
-from opencomposer.rl.orchestrator import run_agentic
+from opencomposer.rl.cli import run_rl
 
 from agentic_util import write_rl_config
 
@@ -27,7 +27,7 @@ def test_smoke_rl_run_on_ray_with_a_two_rank_fsdp_trainer(tmp_path, local_ray):
     path = write_rl_config(tmp_path, agentic__runner="ray",
                            agentic__ray={"rollout_actors": 2, "trainer_world_size": 2})
     cfg = load_rl_config(path)
-    summary = run_agentic(cfg)
+    summary = run_rl(cfg)
     assert summary["steps"] == 2 and summary["policy_version"] == 2 and summary["engine_version"] == 2
     assert len(summary["trained"]) == len(set(summary["trained"])) == 4
     run = tmp_path / "run"
@@ -57,7 +57,7 @@ def test_a_killed_rollout_actor_is_replaced_and_its_task_rolled_out_again(tmp_pa
             ray.kill(actor, no_restart=True)
             killed.append(step)
 
-    summary = run_agentic(load_rl_config(path), on_step=kill_one)
+    summary = run_rl(load_rl_config(path), on_step=kill_one)
     assert killed == [1]
     assert sorted(summary["trained"]) == sorted(set(summary["trained"])) and len(summary["trained"]) == 6
     metrics = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
