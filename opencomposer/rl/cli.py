@@ -6,6 +6,10 @@ Writes <run.out_dir>/config.yaml (the resolved config), metrics.jsonl, tb/ (Tens
 checkpoints/step_N. `--resume` continues from the latest checkpoint there; without it a run
 directory that already holds checkpoints is refused, so a finished run is never overwritten.
 A bad config stops before anything starts, with the field named; exit status 2.
+
+Which function runs a config is decided here, once: RUNNERS maps (mode, runner) to it
+(single_turn.py, orchestrator.py for the local agentic runner, ray_runner.py); `run_rl` is
+that choice for Python callers (the demo pipeline), so no mode imports another's runner.
 """
 
 from __future__ import annotations
