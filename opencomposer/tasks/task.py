@@ -37,6 +37,7 @@ import tomli_w
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from opencomposer.errors import TaskError
+from opencomposer.sandbox.diff import DIFF_EXCLUDE
 
 TASK_FILE = "task.toml"
 SUITE_FILE = "suite.toml"
@@ -282,6 +283,11 @@ def file_diff(rel: str, old: str | None, new: str | None) -> str:
     for line in body:
         out.append(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n")
     return head + "".join(out)
+
+
+def diff_excludes() -> tuple[str, ...]:
+    """What a workspace's patch leaves out: the venv layer and what test runs leave behind."""
+    return (*DIFF_EXCLUDE, VENV_DIR)
 
 
 def tree_diff(old: dict[str, str], new: dict[str, str]) -> str:

@@ -8,12 +8,11 @@ from types import SimpleNamespace
 import pytest
 
 from opencomposer.errors import TaskError
-from opencomposer.eval.run import diff_excludes
 from opencomposer.harness.agent import Agent
 from opencomposer.sandbox import get_backend
 from opencomposer.tasks.build import task_image
 from opencomposer.tasks.policies import NoOpPolicy, OraclePolicy, _edit_calls, apply_hunks, parse_patch
-from opencomposer.tasks.task import Suite
+from opencomposer.tasks.task import Suite, diff_excludes
 
 SMOKE = Path(__file__).resolve().parents[2] / "tasks" / "suites" / "smoke"
 
