@@ -1,8 +1,8 @@
 """The package's imports go down the layers of ARCHITECTURE.md ("Layers") and never form a cycle.
 
 The checker reads every module of `opencomposer` with `ast`, so it sees what Python would
-import, lazy imports inside functions included (a lazy import hides a cycle from the
-interpreter, not from a reader). It reports three kinds of fault:
+import, lazy imports inside functions and imports under TYPE_CHECKING included (a lazy or a
+type-only import hides a cycle from the interpreter, not from a reader). It reports three kinds of fault:
 - a cycle between modules;
 - a cycle between parts (engine <-> harness, pretrain <-> rl, ...), even when no two modules
   form one: two parts on the same layer may use each other only one way;
@@ -194,12 +194,13 @@ def _write(root: Path, files: dict[str, str]) -> None:
 def test_checker_catches_a_planted_lazy_module_cycle(tmp_path):
     _write(tmp_path, {
         "__init__.py": "",
-        "engine/__init__.py": "",
+        "engine/__init__.py": "from .server import app\n",  # relative to the package itself
         "engine/server.py": "from . import client\n",
         # Lazy and relative: the interpreter would never complain about this one.
         "engine/client.py": "def f():\n    from .server import app\n",
     })
     graph = import_graph(tmp_path)
+    assert graph["opencomposer.engine"] == {"opencomposer.engine.server"}
     assert graph["opencomposer.engine.client"] == {"opencomposer.engine.server"}
     assert faults(graph) == ["module cycle: opencomposer.engine.client <-> opencomposer.engine.server"]
 

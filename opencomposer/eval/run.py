@@ -51,7 +51,7 @@ from opencomposer.eval.report import summarize
 from opencomposer.eval.results import PARTIAL, RESULTS, RUN, SUMMARY, TRAJECTORIES, Row, read_rows
 from opencomposer.harness.agent import Agent, AgentConfig, ChatClientPolicy, TokenClientPolicy
 from opencomposer.harness.trajectory import Prices, Trajectory, write_jsonl
-from opencomposer.tasks.task import VENV_DIR, Suite, Task
+from opencomposer.tasks.task import Suite, Task, diff_excludes
 
 
 
@@ -194,13 +194,6 @@ _POLICIES: dict[str, Callable[[str, EvalOptions], PolicyFactory | None]] = {
 
 
 # ----------------------------------------------------------------------------- one episode
-
-def diff_excludes() -> tuple[str, ...]:
-    """What the patch leaves out: the venv layer and what test runs leave behind."""
-    from opencomposer.sandbox.diff import DIFF_EXCLUDE
-
-    return (*DIFF_EXCLUDE, VENV_DIR)
-
 
 async def run_episode(task: Task, pass_index: int, make_policy: PolicyFactory, options: EvalOptions,
                       out: Path, backend=None) -> tuple[Row, Trajectory | None]:

@@ -57,12 +57,12 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from opencomposer.engine.types import GenerationResult, SamplingParams, behaviour_logprobs_mode
 from opencomposer.errors import ConfigError
+from opencomposer.harness.tools import ToolBox, ToolCall, ToolConfig, ToolResult, ToolStats
+from opencomposer.harness.trajectory import Prices, Segment, ToolRecord, Trajectory, TurnRecord
 from opencomposer.model.chat import (
     Message, encode_messages, encode_turn, finish_generated, generation_prompt_ids, parse_assistant,
     stop_token_ids, summarized_context, summary_request_message, tool_result_message,
 )
-from opencomposer.harness.tools import ToolBox, ToolCall, ToolConfig, ToolResult, ToolStats
-from opencomposer.harness.trajectory import Prices, Segment, ToolRecord, Trajectory, TurnRecord
 from opencomposer.model.tokenizer import Tokenizer, bundled_tokenizer
 
 SYSTEM_PROMPT = """\

@@ -4,9 +4,10 @@ Data. The oracle policy (by default the demo family's `ReadEditOracle`: read the
 one minimal edit_file; with `data.decoy_rate` an imperfect demonstrator that writes a plausible
 wrong fix on that share of the tasks, `demo_family.demonstrator`) is run through the real agent
 loop in a sandbox fork of every task of a training suite (never the held-out suite), with the
-environment's agent config (tool set, system prompt, limits); each trajectory is appended to
-`<run_dir>/sft_data/trajectories.jsonl` (collection resumes: tasks already there are skipped). Trajectory JSONL files written by
-anyone else (`opencomposer eval`, RL) can be added with `data.trajectories`.
+environment's agent config (tool set, system prompt, limits): tasks/demonstrations.py collects
+them into `<run_dir>/sft_data/trajectories.jsonl` (collection resumes: tasks already there are
+skipped). Trajectory JSONL files written by anyone else (`opencomposer eval`, RL) can be added
+with `data.trajectories`.
 
 Rendering. Each segment of a trajectory becomes one example with the chat template and loss
 mask RL uses: a token-level segment keeps its own `token_ids` / `loss_mask` (exactly what
@@ -60,15 +61,15 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from opencomposer.device import DeviceName, resolve_device
 from opencomposer.errors import ConfigError
-from opencomposer.harness.agent import Agent, AgentConfig
-from opencomposer.model.chat import encode_with_mask
-from opencomposer.harness.trajectory import Trajectory, read_jsonl, write_jsonl
+from opencomposer.harness.trajectory import Trajectory, read_jsonl
 from opencomposer.model import Transformer, load_pretrained
+from opencomposer.model.chat import encode_with_mask
 from opencomposer.model.mtp import mtp_loss
 from opencomposer.model.tokenizer import Tokenizer, load_tokenizer
 from opencomposer.pretrain import checkpoint as ckpt
 from opencomposer.pretrain.config import MTPConfig, OptimConfig, PhaseConfig
 from opencomposer.pretrain.train import lr_at, make_optimizer
+from opencomposer.tasks.demonstrations import agent_config, collect_trajectories
 from opencomposer.training.metrics import MetricsWriter
 from opencomposer.training.packing import forward_packed, pack
 
@@ -187,68 +188,6 @@ def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> SF
     except ValidationError as e:
         lines = [f"  {'.'.join(str(x) for x in err['loc']) or '(top level)'}: {err['msg']}" for err in e.errors()]
         raise ConfigError(f"{path}: invalid SFT config:\n" + "\n".join(lines)) from None
-
-
-def agent_config(spec: str | dict | None) -> AgentConfig:
-    """The collection environment: a YAML file, inline fields, or (None) the demo's."""
-    if spec is None:
-        from opencomposer.tasks.demo_family import DEMO_AGENT
-
-        return DEMO_AGENT
-    if isinstance(spec, str):
-        if not Path(spec).is_file():
-            raise ConfigError(f"data.agent: {spec} does not exist (an AgentConfig YAML file)")
-        spec = yaml.safe_load(Path(spec).read_text()) or {}
-    try:
-        return AgentConfig.model_validate(spec)
-    except ValidationError as e:
-        raise ConfigError(f"data.agent: invalid AgentConfig: {e}") from None
-
-
-# ----------------------------------------------------------------------------- collection
-
-async def collect_trajectories(suite_dir: str | Path, out: str | Path, agent: AgentConfig, *,
-                               make_policy: Callable | None = None, concurrency: int = 2, grade: bool = False,
-                               backend=None, on_done: Callable[[Trajectory], None] | None = None) -> list[Trajectory]:
-    """Run `make_policy(task)` (default: the demo's ReadEditOracle) on every task of the suite
-    through the agent loop, each in a fresh workspace of the task's image; append each
-    trajectory (with its patch, and its grade when `grade`) to the JSONL file `out`. Tasks
-    already in `out` are skipped. Returns every trajectory in `out`."""
-    from opencomposer.eval.run import diff_excludes
-    from opencomposer.tasks.build import task_image
-    from opencomposer.tasks.grade import grade as grade_patch
-    from opencomposer.tasks.task import Suite
-
-    if make_policy is None:
-        from opencomposer.tasks.demo_family import ReadEditOracle as make_policy
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    have = {t.task_id for t in read_jsonl(out)} if out.is_file() else set()
-    todo = [t for t in Suite.load(suite_dir).tasks if t.id not in have]
-    sem, lock = asyncio.Semaphore(concurrency), asyncio.Lock()
-
-    async def one(task) -> None:
-        async with sem:
-            image = await asyncio.to_thread(task_image, task, backend)
-            ws = await asyncio.to_thread(image.workspace)
-            try:
-                policy = make_policy(task)
-                meta = {"suite": str(suite_dir), "sft": True, "decoy": getattr(policy, "decoy", False)}
-                traj = await Agent(policy, ws, agent, trajectory_id=f"{task.id}__sft",
-                                   task_id=task.id, meta=meta).run(task.spec.instruction)
-                traj.patch = await asyncio.to_thread(ws.diff, diff_excludes())
-            finally:
-                await asyncio.to_thread(ws.close)
-            if grade:
-                result = await asyncio.to_thread(grade_patch, task, traj.patch, backend=backend, image=image)
-                traj.grade, traj.reward = result.to_json(), float(result.resolved)
-        async with lock:
-            write_jsonl([traj], out)
-            if on_done:
-                on_done(traj)
-
-    await asyncio.gather(*(one(t) for t in todo))
-    return read_jsonl(out)
 
 
 # ----------------------------------------------------------------------------- rendering

@@ -27,7 +27,6 @@ packages (later work).
 
 from __future__ import annotations
 
-import difflib
 import fnmatch
 import tomllib
 from pathlib import Path
@@ -37,6 +36,7 @@ import tomli_w
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from opencomposer.errors import TaskError
+from opencomposer.sandbox.diff import DIFF_EXCLUDE, file_diff
 
 TASK_FILE = "task.toml"
 SUITE_FILE = "suite.toml"
@@ -265,28 +265,24 @@ def _read_toml(file: Path, model: type[M]) -> M:
 # --- diffs ------------------------------------------------------------------------------
 
 
-def file_diff(rel: str, old: str | None, new: str | None) -> str:
-    """A git-style diff of one text file (old None: created; new None: deleted)."""
-    if old == new:
-        return ""
-    a = (old or "").splitlines(keepends=True)
-    b = (new or "").splitlines(keepends=True)
-    head = f"diff --git a/{rel} b/{rel}\n"
-    if old is None:
-        head += "new file mode 100644\n"
-    elif new is None:
-        head += "deleted file mode 100644\n"
-    body = difflib.unified_diff(a, b, "/dev/null" if old is None else f"a/{rel}",
-                                "/dev/null" if new is None else f"b/{rel}", n=3)
-    out = []
-    for line in body:
-        out.append(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n")
-    return head + "".join(out)
+def _text_side(text: str | None) -> tuple[str, bytes] | None:
+    return None if text is None else ("100644", text.encode())
+
+
+def text_file_diff(rel: str, old: str | None, new: str | None) -> str:
+    """A git-style diff of one text file (old None: created; new None: deleted): sandbox/diff.py's
+    writer, the one an agent's workspace patch comes from, over a regular file's text."""
+    return file_diff(rel, _text_side(old), _text_side(new))
+
+
+def diff_excludes() -> tuple[str, ...]:
+    """What a workspace's patch leaves out: the venv layer and what test runs leave behind."""
+    return (*DIFF_EXCLUDE, VENV_DIR)
 
 
 def tree_diff(old: dict[str, str], new: dict[str, str]) -> str:
     """A git-style diff between two {relpath: text} trees, files in sorted order."""
-    return "".join(file_diff(p, old.get(p), new.get(p)) for p in sorted(set(old) | set(new)))
+    return "".join(text_file_diff(p, old.get(p), new.get(p)) for p in sorted(set(old) | set(new)))
 
 
 def patch_stats(patch: str) -> tuple[int, int]:

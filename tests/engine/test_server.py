@@ -19,8 +19,8 @@ import torch
 
 from opencomposer.engine.fake import FakeEngine, assistant_reply
 from opencomposer.engine.server import create_app
-from opencomposer.model.chat import encode_messages, stop_token_ids
 from opencomposer.model import ModelConfig, Transformer, save_pretrained
+from opencomposer.model.chat import encode_messages, stop_token_ids
 from opencomposer.model.tokenizer import BOS, END, bundled_tokenizer
 
 MAX_LEN = 256

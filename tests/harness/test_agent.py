@@ -11,8 +11,8 @@ import pytest
 from opencomposer.engine.client import ChatResult, InProcessClient, Usage
 from opencomposer.engine.fake import FakeEngine, assistant_reply
 from opencomposer.harness.agent import Agent, AgentConfig, ChatClientPolicy, ChatReply, TokenClientPolicy
-from opencomposer.model.chat import SUMMARY_PREFIX, encode_messages, encode_turn
 from opencomposer.harness.trajectory import Prices, Trajectory, read_jsonl, write_jsonl
+from opencomposer.model.chat import SUMMARY_PREFIX, encode_messages, encode_turn
 from opencomposer.model.tokenizer import END, bundled_tokenizer
 from opencomposer.sandbox.base import ExecResult
 from opencomposer.tasks.policies import ScriptedPolicy, ScriptedTokenPolicy, text_to_ids

@@ -13,14 +13,15 @@ import yaml
 
 from opencomposer.errors import ConfigError
 from opencomposer.harness.agent import Agent
-from opencomposer.model.chat import encode_turn
 from opencomposer.harness.trajectory import read_jsonl
 from opencomposer.model import ModelConfig, Transformer, load_pretrained, save_pretrained
+from opencomposer.model.chat import encode_turn
 from opencomposer.model.tokenizer import ASSISTANT, END, bundled_tokenizer
-from opencomposer.pretrain.sft import Examples, collect_trajectories, load_config, render, train_sft
+from opencomposer.pretrain.sft import Examples, load_config, render, train_sft
 from opencomposer.sandbox import get_backend
 from opencomposer.tasks.build import task_image
 from opencomposer.tasks.demo_family import DEMO_AGENT, generate_tasks, writes_decoy
+from opencomposer.tasks.demonstrations import collect_trajectories
 from opencomposer.tasks.grade import grade
 from opencomposer.tasks.policies import ScriptedTokenPolicy
 from opencomposer.tasks.task import Suite, Task

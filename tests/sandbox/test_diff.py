@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import random
 import re
 
@@ -59,3 +60,18 @@ def test_file_diff_headers():
     assert file_diff("t", ("100644", b"a\nb"), ("100644", b"a\nc")) == (
         "diff --git a/t b/t\n--- a/t\n+++ b/t\n@@ -1,2 +1,2 @@\n a\n-b\n\\ No newline at end of file\n"
         "+c\n\\ No newline at end of file\n")
+
+
+def test_hunks_are_difflibs_on_repeated_blocks():
+    # tasks/task.py writes the committed suites' patches with `unified`; they were written with
+    # difflib, and repeated blocks are where two correct diffs can align differently.
+    rng = random.Random(1)
+    block = [f"    step {i}\n" for i in range(6)]
+    for _ in range(300):
+        old = [line for _ in range(rng.randint(1, 5)) for line in [f"def f{rng.randint(0, 3)}():\n", *block]]
+        new = list(old)
+        for _ in range(rng.randint(1, 4)):
+            i = rng.randrange(len(new) + 1)
+            new[i:i + rng.randint(0, 12)] = rng.choice([[], ["    raise NotImplementedError\n"], block])
+        expected = [line for line in difflib.unified_diff(old, new, n=3)][2:]  # without ---/+++
+        assert list(unified(old, new)) == expected

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from opencomposer.sandbox.base import Limits
 from opencomposer.tasks.build import task_image
-from opencomposer.tasks.task import Task, file_diff
+from opencomposer.tasks.task import Task, text_file_diff
 
 REPO = Path(__file__).resolve().parents[2]
 SMOKE = REPO / "tasks" / "suites" / "smoke"
@@ -18,7 +18,7 @@ def edit(task: Task, changes: dict[str, str | None]) -> str:
     for rel, new in changes.items():
         path = task.workspace_dir / rel
         old = path.read_text() if path.is_file() else None
-        out.append(file_diff(rel, old, new))
+        out.append(text_file_diff(rel, old, new))
     return "".join(out)
 
 

@@ -18,7 +18,7 @@ from tasks_util import REPO, edit, naive_run
 from opencomposer.sandbox.base import Limits
 from opencomposer.tasks.build import task_image
 from opencomposer.tasks.grade import grade
-from opencomposer.tasks.task import Task, file_diff
+from opencomposer.tasks.task import Task, text_file_diff
 
 CACHETOOLS = REPO / "tasks/suites/ocbench-v1/cachetools-feat-Cache_copy-7c7036"
 
@@ -40,7 +40,7 @@ def workspace_text(task: Task, rel: str, backend) -> str:
 def package_init(task: Task, rel: str, code: str, backend) -> str:
     """A patch that appends `code` to the package file `rel` (its original content kept)."""
     old = workspace_text(task, rel, backend)
-    return file_diff(rel, old, old + "\n" + code)
+    return text_file_diff(rel, old, old + "\n" + code)
 
 
 def assert_tampering_scores_nothing(result):
@@ -152,7 +152,7 @@ def install():
 @pytest.mark.parametrize("rel", ["src/apport_python_hook.py", "src/apport_python_hook/__init__.py"])
 def test_startup_module_from_the_workspace_does_not_run_in_the_grader(cachetools_task, backend, rel):
     """Debian's sitecustomize imports `apport_python_hook`; the task's .pth puts src/ on sys.path."""
-    patch = file_diff(rel, None, FORGE_AT_STARTUP)
+    patch = text_file_diff(rel, None, FORGE_AT_STARTUP)
     ws = task_image(cachetools_task, backend).workspace()
     try:  # the vector is real: `python -I` in the task's venv runs it before any code of ours
         assert ws.exec(["git", "apply", "-"], stdin=patch.encode()).ok

@@ -8,12 +8,11 @@ from types import SimpleNamespace
 import pytest
 
 from opencomposer.errors import TaskError
-from opencomposer.eval.run import diff_excludes
 from opencomposer.harness.agent import Agent
 from opencomposer.sandbox import get_backend
 from opencomposer.tasks.build import task_image
 from opencomposer.tasks.policies import NoOpPolicy, OraclePolicy, _edit_calls, apply_hunks, parse_patch
-from opencomposer.tasks.task import Suite
+from opencomposer.tasks.task import Suite, diff_excludes
 
 SMOKE = Path(__file__).resolve().parents[2] / "tasks" / "suites" / "smoke"
 
@@ -81,9 +80,9 @@ def test_edits_are_widened_until_they_match_exactly_once():
     block = "    if x:\n        return 1\n    return 0\n"
     old = "def f(x):\n" + block + "\n\ndef g(x):\n" + block
     new = "def f(x):\n" + block + "\n\ndef g(x):\n" + block.replace("return 1", "return 2")
-    from opencomposer.tasks.task import file_diff
+    from opencomposer.tasks.task import text_file_diff
 
-    hunks = parse_patch(file_diff("f.py", old, new))[0].hunks
+    hunks = parse_patch(text_file_diff("f.py", old, new))[0].hunks
     hunks[0].old, hunks[0].new = hunks[0].old[-3:], hunks[0].new[-3:]  # shrink to the ambiguous block
     hunks[0].old_start = old.count("\n") - 2
     calls = _edit_calls("f.py", old, hunks)

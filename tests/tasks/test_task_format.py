@@ -9,7 +9,7 @@ import pytest
 from tasks_util import SMOKE
 
 from opencomposer.errors import TaskError
-from opencomposer.tasks.task import Suite, Task, file_diff, patch_stats, tree_diff
+from opencomposer.tasks.task import Suite, Task, patch_stats, text_file_diff, tree_diff
 
 
 def copy_task(tmp_path, name: str | None = None):
@@ -88,7 +88,7 @@ def test_tree_diff_applies_with_git_and_patch_stats(tmp_path):
     old = {"a.py": "x = 1\ny = 2\n", "gone.py": "bye\n", "same.py": "s\n"}
     new = {"a.py": "x = 1\ny = 3\n", "new/b.py": "print('hi')", "same.py": "s\n"}
     patch = tree_diff(old, new)
-    assert file_diff("same.py", "s\n", "s\n") == ""
+    assert text_file_diff("same.py", "s\n", "s\n") == ""
     for rel, text in old.items():
         (tmp_path / rel).write_text(text)
     subprocess.run(["git", "apply", "-"], input=patch.encode(), cwd=tmp_path, check=True)

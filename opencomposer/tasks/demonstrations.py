@@ -1,0 +1,82 @@
+"""Demonstrations: a scripted policy run through the real agent loop on every task of a suite,
+each in a fresh sandbox workspace of the task's image, its patch kept and optionally graded.
+
+SFT's data (pretrain/sft.py) comes from here: by default the demo family's `ReadEditOracle`
+(read the file, one minimal edit_file), or `demo_family.demonstrator`'s imperfect teacher,
+in the collection environment `agent_config` names. Each trajectory is appended to a JSONL
+file as it ends, so a collection that stops resumes where it was (tasks already in the file
+are skipped).
+
+Left out: sampling demonstrations from a model (RL's rollouts do that) and filtering them
+(SFT's `data.resolved_only` does, when it renders).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Callable
+
+import yaml
+from pydantic import ValidationError
+
+from opencomposer.errors import ConfigError
+from opencomposer.harness.agent import Agent, AgentConfig
+from opencomposer.harness.trajectory import Trajectory, read_jsonl, write_jsonl
+from opencomposer.tasks.build import task_image
+from opencomposer.tasks.demo_family import DEMO_AGENT, ReadEditOracle
+from opencomposer.tasks.grade import grade as grade_patch
+from opencomposer.tasks.task import Suite, diff_excludes
+
+
+def agent_config(spec: str | dict | None) -> AgentConfig:
+    """The collection environment: a YAML file, inline fields, or (None) the demo's."""
+    if spec is None:
+        return DEMO_AGENT
+    if isinstance(spec, str):
+        if not Path(spec).is_file():
+            raise ConfigError(f"data.agent: {spec} does not exist (an AgentConfig YAML file)")
+        spec = yaml.safe_load(Path(spec).read_text()) or {}
+    try:
+        return AgentConfig.model_validate(spec)
+    except ValidationError as e:
+        raise ConfigError(f"data.agent: invalid AgentConfig: {e}") from None
+
+
+async def collect_trajectories(suite_dir: str | Path, out: str | Path, agent: AgentConfig, *,
+                               make_policy: Callable | None = None, concurrency: int = 2, grade: bool = False,
+                               backend=None, on_done: Callable[[Trajectory], None] | None = None) -> list[Trajectory]:
+    """Run `make_policy(task)` (default: the demo's ReadEditOracle) on every task of the suite
+    through the agent loop, each in a fresh workspace of the task's image; append each
+    trajectory (with its patch, and its grade when `grade`) to the JSONL file `out`. Tasks
+    already in `out` are skipped. Returns every trajectory in `out`."""
+    if make_policy is None:
+        make_policy = ReadEditOracle
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    have = {t.task_id for t in read_jsonl(out)} if out.is_file() else set()
+    todo = [t for t in Suite.load(suite_dir).tasks if t.id not in have]
+    sem, lock = asyncio.Semaphore(concurrency), asyncio.Lock()
+
+    async def one(task) -> None:
+        async with sem:
+            image = await asyncio.to_thread(task_image, task, backend)
+            ws = await asyncio.to_thread(image.workspace)
+            try:
+                policy = make_policy(task)
+                meta = {"suite": str(suite_dir), "sft": True, "decoy": getattr(policy, "decoy", False)}
+                traj = await Agent(policy, ws, agent, trajectory_id=f"{task.id}__sft",
+                                   task_id=task.id, meta=meta).run(task.spec.instruction)
+                traj.patch = await asyncio.to_thread(ws.diff, diff_excludes())
+            finally:
+                await asyncio.to_thread(ws.close)
+            if grade:
+                result = await asyncio.to_thread(grade_patch, task, traj.patch, backend=backend, image=image)
+                traj.grade, traj.reward = result.to_json(), float(result.resolved)
+        async with lock:
+            write_jsonl([traj], out)
+            if on_done:
+                on_done(traj)
+
+    await asyncio.gather(*(one(t) for t in todo))
+    return read_jsonl(out)
