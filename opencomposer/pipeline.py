@@ -55,7 +55,7 @@ from rich.console import Console
 
 from opencomposer.device import DeviceName, resolve_device
 from opencomposer.errors import ConfigError
-from opencomposer.rl.orchestrator import RayRunnerConfig
+from opencomposer.rl.config import RayRunnerConfig
 
 
 class _Strict(BaseModel):
@@ -411,25 +411,32 @@ class Pipeline:
 
     # 6
     def _rl(self) -> dict:
-        from opencomposer.config import load_rl_config
+        from opencomposer.rl.config import AGENT_FROM_RUN, load_rl_config
         from opencomposer.rl.orchestrator import run_agentic
 
         r = self.cfg.rl
         agent = demo_agent().model_dump(mode="json")
+        # the RL run samples with its sampling section in engine.max_len: the agent's own fields go
+        sampling = {"temperature": r.temperature, "max_new_tokens": agent["max_new_tokens"]}
+        context_window = agent["context_window"]
+        agent = {k: v for k, v in agent.items() if k not in AGENT_FROM_RUN}
+        run = {"out_dir": str(self.paths["rl"]), "seed": self.cfg.seed}
+        if r.runner == "local":  # Ray's actors choose their own devices and threads
+            run.update(num_threads=self.cfg.threads, device=self.cfg.device)
         cfg = load_rl_config(data={
             "mode": "agentic",
-            "run": {"out_dir": str(self.paths["rl"]), "seed": self.cfg.seed, "num_threads": self.cfg.threads,
-                    "device": self.cfg.device},
+            "run": run,
             "model": {"path": str(self.paths["sft"] / "model"), "tokenizer": str(self.paths["tokenizer"])},
-            "engine": {"max_slots": max(16, r.group_size * r.rollout_workers), "max_len": agent["context_window"]},
-            "sampling": {"temperature": r.temperature, "max_new_tokens": agent["max_new_tokens"]},
+            "engine": {"max_slots": max(16, r.group_size * r.rollout_workers), "max_len": context_window},
+            "sampling": sampling,
             "train": {"max_steps": r.steps, "micro_batch_size": r.micro_batch_size, "frozen": r.frozen,
                       "optim": {"lr": r.lr, "warmup_steps": r.warmup_steps, "min_lr_ratio": r.min_lr_ratio}},
             "reward": {"kl_coef": r.kl_coef, "length_coef": r.length_coef, "failed_tool_call_coef": r.tool_error_coef,
                        "malformed_tool_call_coef": r.tool_error_coef},
             "checkpoint": {"every_steps": max(1, r.steps // 4), "keep_last": 2},
-            "log": {"tensorboard": False, "progress": True},
-            "agentic": {"suite": str(self.paths["rl_suite"]), "runner": r.runner, "ray": r.ray.model_dump(),
+            "log": {"tensorboard": False},
+            "agentic": {"suite": str(self.paths["rl_suite"]), "runner": r.runner,
+                        **({"ray": r.ray.model_dump()} if r.runner == "ray" else {}),
                         "rollout": {"group_size": r.group_size, "min_group_size": 2, "task_timeout_s": 300,
                                     "agent": agent},
                         "groups_per_step": r.groups_per_step, "rollout_workers": r.rollout_workers,

@@ -26,7 +26,7 @@ def rl(
     """Train with RL (single-turn: prompts + reward functions; agentic: tasks in sandboxes, async)."""
     from rich.console import Console
 
-    from opencomposer.config import load_rl_config
+    from opencomposer.rl.config import load_rl_config
 
     console = Console(stderr=True)
     try:

@@ -57,7 +57,7 @@ _RESUMABLE_CHANGES = ("train.max_steps", "log.", "run.num_threads", "run.device"
 
 
 def _cfg(cfg_json: dict):
-    from opencomposer.config import RLConfig
+    from opencomposer.rl.config import RLConfig
 
     return RLConfig.model_validate(cfg_json)
 

@@ -36,7 +36,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import torch
 
-from opencomposer.config import RLConfig, RewardFunctionConfig
+from opencomposer.rl.config import RLConfig, RewardFunctionConfig
 from opencomposer.device import resolve_device
 from opencomposer.engine.types import GenerationRequest, GenerationResult, SamplingParams, behaviour_logprobs_mode
 from opencomposer.errors import ConfigError, InferenceError

@@ -10,7 +10,7 @@ from opencomposer.engine.client import InProcessClient
 from opencomposer.engine.fake import FakeEngine
 from opencomposer.harness.agent import AgentConfig, TokenClientPolicy
 from opencomposer.model.tokenizer import bundled_tokenizer
-from opencomposer.rl.orchestrator import AgenticConfig
+from opencomposer.rl.config import AgenticConfig
 from opencomposer.rl.rollout import RolloutConfig
 from opencomposer.tasks.task import Suite
 

@@ -7,7 +7,7 @@ import json
 import pytest
 import ray
 
-from opencomposer.config import load_rl_config
+from opencomposer.rl.config import load_rl_config
 from opencomposer.harness.trajectory import read_jsonl
 from opencomposer.rl.orchestrator import run_agentic
 
