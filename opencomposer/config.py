@@ -52,11 +52,13 @@ class Section(BaseModel):
 
 
 def variant(base: type[M], name: str, *, drop: tuple[str, ...] = (), doc: str | None = None,
-            **defaults: Any) -> type[M]:
+            describe: Mapping[str, str] | None = None, **defaults: Any) -> type[M]:
     """`base` for one command: fields in `drop` left out (that command does not read them),
-    `defaults` replacing the defaults of others (`REQUIRED`: none). Each field keeps its type,
-    bounds and docstring, so a shared section stays one definition."""
-    unknown = set(drop) | set(defaults)
+    `defaults` replacing the defaults of others (`REQUIRED`: none), `describe` the docstrings of
+    fields whose meaning the command narrows. Each field keeps its type and bounds, so a shared
+    section stays one definition."""
+    describe = describe or {}
+    unknown = set(drop) | set(defaults) | set(describe)
     unknown -= set(base.model_fields)
     if unknown:
         raise TypeError(f"variant({base.__name__}): no fields {sorted(unknown)}")
@@ -68,6 +70,9 @@ def variant(base: type[M], name: str, *, drop: tuple[str, ...] = (), doc: str | 
             info = copy.copy(info)
             info.default = PydanticUndefined if defaults[key] is REQUIRED else defaults[key]
             info.default_factory = None
+        if key in describe:
+            info = copy.copy(info)
+            info.description = describe[key]
         fields[key] = (info.annotation, info)
     # field validators travel with their fields (model validators stay with the base: none of
     # the shared sections has one)

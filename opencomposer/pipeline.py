@@ -50,19 +50,17 @@ from pathlib import Path
 from typing import Any, Callable, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import Field, model_validator
 from rich.console import Console
 
-from opencomposer.device import DeviceName, resolve_device
+from opencomposer.config import RunConfig, Section, variant
+from opencomposer.config import load_config as _load
+from opencomposer.device import resolve_device
 from opencomposer.errors import ConfigError
 from opencomposer.rl.config import RayRunnerConfig
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
-
-
-class TokenizerStage(_Strict):
+class TokenizerStage(Section):
     vocab_size: int = Field(2048, ge=272)
     """BPE vocabulary (special tokens included); small keeps the embedding and head cheap."""
     code_bytes: int = Field(4_000_000, gt=0)
@@ -82,7 +80,7 @@ DEFAULT_MODEL: dict[str, Any] = {
 """The demo's MoE+MTP decoder (ModelConfig keys; vocab_size comes from the tokenizer)."""
 
 
-class PretrainStage(_Strict):
+class PretrainStage(Section):
     model: dict[str, Any] = {}
     """ModelConfig keys that replace DEFAULT_MODEL's."""
     steps: int = Field(150, gt=0)
@@ -93,7 +91,7 @@ class PretrainStage(_Strict):
     """Bytes of stdlib code to pretrain on."""
 
 
-class TasksStage(_Strict):
+class TasksStage(Section):
     n_train: int = Field(2048, gt=0)
     """SFT's demonstrations (~4.7 epochs at 1,200 steps): with 256 (25 epochs) SFT reached 61%, 24%,
     33% held-out in seeds 0-2, with 1,024 76%, 46.5%, 47.5% (session 5); with 2,048 the numbers in
@@ -106,7 +104,7 @@ class TasksStage(_Strict):
     """Distractor functions per module (demo_family.MAX_DIFFICULTY at most)."""
 
 
-class SFTStage(_Strict):
+class SFTStage(Section):
     steps: int = Field(1200, gt=0)
     """At 500 steps (1,024 tasks) the copying of paths and lines was half learned (held-out 15.5%, 3%, 1.5%
     in seeds 0-2) and RL's training reward stayed flat; at 800, 76%, 46.5%, 47.5%; 2,048 tasks take 1,200."""
@@ -122,14 +120,14 @@ class SFTStage(_Strict):
     after SFT and +20 to +33 points after 48 RL steps in seeds 0-2 (docs/demo-design.md, session 7)."""
 
 
-class EvalStage(_Strict):
+class EvalStage(Section):
     temperature: float = Field(1.0, ge=0)
     """Sampling temperature of both evaluations (RL samples at rl.temperature)."""
     concurrency: int = Field(64, ge=1)
     """Episodes at once (one engine batches them)."""
 
 
-class RLStage(_Strict):
+class RLStage(Section):
     steps: int = Field(48, gt=0)
     """Trainer steps; steps x groups_per_step RL tasks are used, each once. From the imperfect
     demonstrator's SFT, 48 lifted held-out success by 20-33 points in seeds 0-2 where 32 gave 18-22
@@ -167,21 +165,30 @@ class RLStage(_Strict):
     """With runner ray: address (null: a local Ray instance), actors, trainer world size, GPUs per actor."""
 
 
-class PipelineConfig(_Strict):
+class PipelineRunConfig(variant(RunConfig, "PipelineRunFields", out_dir="runs/demo", num_threads=1, describe={
+        "out_dir": "The pipeline's directory: every stage's outputs, stages/*.json, pipeline.yaml, the report.",
+        "seed": "Seeds the model, the SFT order, RL; the task seeds are derived from it.",
+        "num_threads": "torch threads of the stages where the engine, the sandboxes' tests and (in RL) the trainer "
+                       "compute at once (evaluations, local RL): one leaves the other core to them.",
+        "device": "Where every stage computes: auto (a GPU if torch sees one), cpu, cuda; Ray's RL actors use "
+                  "rl.ray's GPUs."})):
+    """Where the demo writes, its seed, threads and device."""
+
+    train_threads: int | None = Field(2, ge=1)
+    """torch threads of pretraining and SFT, where nothing else computes (two beat one on an idle
+    2-core machine; one beats two when other jobs share the cores: docs/demo-design.md)."""
+
+
+RENAMED = {"out_dir": "run.out_dir", "seed": "run.seed", "threads": "run.num_threads",
+           "train_threads": "run.train_threads", "device": "run.device"}
+"""Keys of older pipeline configs and their replacements (a config holding one stops, naming it)."""
+
+
+class PipelineConfig(Section):
     """The whole demo; every field has the `make demo` default."""
 
-    out_dir: str = "runs/demo"
-    seed: int = 0
-    """Seeds the model, the SFT order, RL; the task seeds are derived from it."""
-    threads: int | None = Field(1, ge=1)
-    """torch threads of the stages where the engine, the sandboxes' tests and (in RL) the trainer
-    compute at once: one leaves the other core to them."""
-    train_threads: int | None = Field(2, ge=1)
-    """torch threads of pretraining and SFT, where nothing else computes: on an idle 2-core machine
-    two measured 1.5x faster per step than one; set 1 when other jobs share the cores (one was then
-    4-8x faster per SFT step than two)."""
-    device: DeviceName = "auto"
-    """Where every stage computes: auto (a GPU if torch sees one), cpu, cuda; Ray's RL actors use rl.ray's GPUs."""
+    run: PipelineRunConfig = PipelineRunConfig()
+    """Directory, seed, threads and device of the whole pipeline."""
     tokenizer: TokenizerStage = TokenizerStage()
     pretrain: PretrainStage = PretrainStage()
     tasks: TasksStage = TasksStage()
@@ -197,31 +204,9 @@ class PipelineConfig(_Strict):
         return self
 
 
-def _set_dotted(d: dict, key: str, value: Any) -> None:
-    *parents, last = key.split(".")
-    for p in parents:
-        d = d.setdefault(p, {})
-    d[last] = value
-
-
 def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> PipelineConfig:
     """Read a YAML file (or the defaults), apply `key.sub=value` overrides, validate."""
-    raw: dict = {}
-    if path is not None:
-        path = Path(path)
-        if not path.is_file():
-            raise ConfigError(f"{path}: no such pipeline config")
-        raw = yaml.safe_load(path.read_text()) or {}
-    for item in overrides:
-        if "=" not in item:
-            raise ConfigError(f"--set {item!r}: expected key.sub=value")
-        k, v = item.split("=", 1)
-        _set_dotted(raw, k.strip(), yaml.safe_load(v))
-    try:
-        return PipelineConfig.model_validate(raw)
-    except ValidationError as e:
-        lines = [f"  {'.'.join(str(x) for x in err['loc']) or '(top level)'}: {err['msg']}" for err in e.errors()]
-        raise ConfigError("invalid pipeline config:\n" + "\n".join(lines)) from None
+    return _load(PipelineConfig, path, overrides, renamed=RENAMED)
 
 
 def demo_agent(temperature: float = 1.0):
@@ -239,7 +224,7 @@ class Pipeline:
 
     def __init__(self, cfg: PipelineConfig, console: Console | None = None):
         self.cfg, self.console = cfg, console or Console()
-        self.out = Path(cfg.out_dir).resolve()
+        self.out = Path(cfg.run.out_dir).resolve()
         o = self.out
         self.paths = {"tokenizer": o / "tokenizer", "pretrain": o / "pretrain", "train_suite": o / "tasks" / "train",
                       "heldout_suite": o / "tasks" / "heldout", "rl_suite": o / "tasks" / "rl", "sft": o / "sft", "eval_sft": o / "eval" / "sft",
@@ -264,7 +249,7 @@ class Pipeline:
         if until is not None and until not in self.STAGES:
             raise ConfigError(f"until={until!r} is not a stage; the stages are {', '.join(self.STAGES)}")
         stages = self.STAGES[:self.STAGES.index(until) + 1] if until else self.STAGES
-        resolve_device(self.cfg.device)  # device: cuda without a GPU stops here, before any stage
+        resolve_device(self.cfg.run.device, "run.device")  # device: cuda without a GPU stops here, before any stage
         self.out.mkdir(parents=True, exist_ok=True)
         saved, now = self.out / "pipeline.yaml", self.cfg.model_dump(mode="json")
         old = now
@@ -273,7 +258,7 @@ class Pipeline:
         if old != now:
             diff = {f"{k}": (old[k], now[k]) for k in now if old.get(k) != now[k]}
             raise ConfigError(f"{self.out} holds a pipeline run with another config (differences, then and now: "
-                              f"{diff}); set out_dir to another directory, or delete {self.out} to start over")
+                              f"{diff}); set run.out_dir to another directory, or delete {self.out} to start over")
         saved.write_text(yaml.safe_dump(now, sort_keys=False))
         for i, name in enumerate(stages, 1):
             done = self.record(name)
@@ -282,7 +267,7 @@ class Pipeline:
                                    f"({done['wall_s']:.0f} s), skipped[/]")
                 continue
             self.console.rule(f"[bold]stage {i}/{len(self.STAGES)}: {name}")
-            threads = self.cfg.train_threads if name in ("pretrain", "sft") else self.cfg.threads
+            threads = self.cfg.run.train_threads if name in ("pretrain", "sft") else self.cfg.run.num_threads
             if threads:
                 torch.set_num_threads(threads)
             t0 = time.perf_counter()
@@ -316,7 +301,7 @@ class Pipeline:
         c = self.cfg.tokenizer
         agent = demo_agent()
         system = agent.system_prompt + "\n\n" + render_tools([TOOLS[n].schema(agent.compact_tools) for n in agent.tools])
-        rng = random.Random(f"tokenizer/{self.cfg.seed}")  # not a task seed: no held-out text
+        rng = random.Random(f"tokenizer/{self.cfg.run.seed}")  # not a task seed: no held-out text
 
         def texts():
             yield from code_corpus(max_total_bytes=c.code_bytes)
@@ -340,15 +325,16 @@ class Pipeline:
 
         vocab = Tokenizer.load(self.paths["tokenizer"]).vocab_size
         cfg = parse_config({
-            "run_dir": str(self.paths["pretrain"]), "model": {**self.model_dict(), "vocab_size": vocab}, "seed": self.cfg.seed,
+            "run": {"out_dir": str(self.paths["pretrain"]), "seed": self.cfg.run.seed,
+                    "num_threads": self.cfg.run.train_threads, "device": self.cfg.run.device},
+            "model": {**self.model_dict(), "vocab_size": vocab},
             "data": {"sources": ["stdlib"], "max_total_bytes": c.code_bytes, "val_fraction": 0.05, "tokenizer": str(self.paths["tokenizer"]),
                      "cache_dir": str(self.paths["cache"] / "pretrain")},
             "phases": [{"name": "main", "steps": c.steps, "seq_len": c.seq_len, "batch_size": c.batch_size,
                         "lr": c.lr, "warmup_steps": min(20, c.steps // 5)}],
             "mtp": {"mode": "distill", "weight": 0.3, "start_step": c.steps // 2},
-            "checkpoint_every": max(1, c.steps // 3), "eval_every": c.steps, "eval_sequences": 8,
-            "log_every": max(1, c.steps // 10), "threads": self.cfg.train_threads, "device": self.cfg.device,
-            "tensorboard": False})
+            "checkpoint": {"every_steps": max(1, c.steps // 3)}, "eval_every": c.steps, "eval_sequences": 8,
+            "log": {"every_steps": max(1, c.steps // 10), "tensorboard": False}})
         out = train(cfg, resume=True, console=self.console)
         return {k: v for k, v in out.items() if isinstance(v, (int, float, str))}
 
@@ -357,11 +343,11 @@ class Pipeline:
         from opencomposer.tasks.demo_family import generate_tasks
 
         c = self.cfg.tasks
-        train = generate_tasks(c.n_train, 2 * self.cfg.seed, self.paths["train_suite"], difficulty=c.difficulty,
+        train = generate_tasks(c.n_train, 2 * self.cfg.run.seed, self.paths["train_suite"], difficulty=c.difficulty,
                                suite_name="demo-train")
-        held = generate_tasks(c.n_heldout, 2 * self.cfg.seed + 1, self.paths["heldout_suite"], difficulty=c.difficulty,
+        held = generate_tasks(c.n_heldout, 2 * self.cfg.run.seed + 1, self.paths["heldout_suite"], difficulty=c.difficulty,
                               exclude={p.name for p in train}, suite_name="demo-heldout")
-        rl = generate_tasks(c.n_rl, 2 * self.cfg.seed + 1000, self.paths["rl_suite"], difficulty=c.difficulty,
+        rl = generate_tasks(c.n_rl, 2 * self.cfg.run.seed + 1000, self.paths["rl_suite"], difficulty=c.difficulty,
                             exclude={p.name for p in train} | {p.name for p in held}, suite_name="demo-rl")
         names = {k: {p.name for p in v} for k, v in (("SFT", train), ("held-out", held), ("RL", rl))}
         for a, b in (("held-out", "SFT"), ("held-out", "RL"), ("RL", "SFT")):
@@ -374,19 +360,21 @@ class Pipeline:
 
     # 4
     def _sft(self) -> dict:
-        from opencomposer.pretrain.sft import SFTConfig, train_sft
+        from opencomposer.pretrain.sft import load_config as sft_config
+        from opencomposer.pretrain.sft import train_sft
 
         c = self.cfg.sft
-        cfg = SFTConfig.model_validate({
-            "run_dir": str(self.paths["sft"]), "init_from": str(self.paths["pretrain"] / "model"),
-            "tokenizer": str(self.paths["tokenizer"]), "seed": self.cfg.seed,
+        cfg = sft_config(None, data={
+            "run": {"out_dir": str(self.paths["sft"]), "seed": self.cfg.run.seed,
+                    "num_threads": self.cfg.run.train_threads, "device": self.cfg.run.device},
+            "init_from": str(self.paths["pretrain"] / "model"), "tokenizer": str(self.paths["tokenizer"]),
             "data": {"suite": str(self.paths["train_suite"]), "agent": demo_agent().model_dump(mode="json"),
                      "concurrency": 2, "max_len": 1024, "val_examples": 16, "decoy_rate": c.decoy_rate,
                      "cache_dir": str(self.paths["cache"] / "sft")},
-            "steps": c.steps, "batch_size": c.batch_size, "lr": c.lr, "warmup_steps": c.warmup_steps,
+            "steps": c.steps, "batch_size": c.batch_size, "optim": {"lr": c.lr, "warmup_steps": c.warmup_steps},
             "mtp": {"mode": "distill", "weight": c.mtp_weight} if c.mtp_weight else None,
-            "checkpoint_every": max(1, c.steps // 4), "eval_every": max(1, c.steps // 4),
-            "log_every": max(1, c.steps // 10), "threads": self.cfg.train_threads, "device": self.cfg.device})
+            "checkpoint": {"every_steps": max(1, c.steps // 4)}, "eval_every": max(1, c.steps // 4),
+            "log": {"every_steps": max(1, c.steps // 10)}})
         out = train_sft(cfg, resume=True, console=self.console)
         return {"steps": out["steps"], "val_loss": out["val_loss"], "train_s": out["train_s"], **out["data"]}
 
@@ -398,7 +386,7 @@ class Pipeline:
         e = self.cfg.eval
         options = EvalOptions(suite=str(self.paths["heldout_suite"]), policy=f"engine:{model_dir}", label=label,
                               concurrency=e.concurrency, task_timeout_s=300, tokenizer=str(self.paths["tokenizer"]),
-                              agent=demo_agent(e.temperature), device=self.cfg.device)
+                              agent=demo_agent(e.temperature), device=self.cfg.run.device)
         s = asyncio.run(evaluate(options, out))["summary"]
         self.console.print(f"{label}: {s['accuracy']:.1%} of {s['episodes']} held-out episodes resolved "
                            f"(temperature {e.temperature})")
@@ -420,9 +408,9 @@ class Pipeline:
         sampling = {"temperature": r.temperature, "max_new_tokens": agent["max_new_tokens"]}
         context_window = agent["context_window"]
         agent = {k: v for k, v in agent.items() if k not in AGENT_FROM_RUN}
-        run = {"out_dir": str(self.paths["rl"]), "seed": self.cfg.seed}
+        run = {"out_dir": str(self.paths["rl"]), "seed": self.cfg.run.seed}
         if r.runner == "local":  # Ray's actors choose their own devices and threads
-            run.update(num_threads=self.cfg.threads, device=self.cfg.device)
+            run.update(num_threads=self.cfg.run.num_threads, device=self.cfg.run.device)
         cfg = load_rl_config(data={
             "mode": "agentic",
             "run": run,
