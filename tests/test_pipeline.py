@@ -167,7 +167,7 @@ def test_the_rl_stage_runs_through_the_ray_runner(tmp_path):
     import ray
 
     assert not ray.is_initialized()
-    cfg = load_config(None, [f"out_dir={tmp_path / 'demo'}", *MINI, "rl.runner=ray", "rl.ray.num_cpus=2",
+    cfg = load_config(None, [f"run.out_dir={tmp_path / 'demo'}", *MINI, "rl.runner=ray", "rl.ray.num_cpus=2",
                              "rl.ray.rollout_actors=1", "rl.ray.trainer_world_size=1"])
     p = Pipeline(cfg, Console(file=io.StringIO(), width=120))
     p.run()
