@@ -238,7 +238,8 @@ def apply_overrides(raw: dict, overrides: list[str] | tuple[str, ...]) -> None:
 def load_config(model: type[M], path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = (),
                 data: dict | None = None, *, renamed: Renamed | None = None,
                 resolve_paths: Callable[[dict, Path], None] | None = None) -> M:
-    """Read a YAML file (or take `data`, or neither: the defaults), apply `--set` overrides, validate.
+    """Read a YAML file and/or take `data` (over the file's values; neither: the defaults), apply
+    `--set` overrides, validate.
 
     `renamed`: the command's old keys (a file or an override holding one stops with the new
     name). `resolve_paths(raw, base)` makes the paths a file names relative to its directory
@@ -246,16 +247,18 @@ def load_config(model: type[M], path: str | Path | None = None, overrides: list[
     directory). Raises ConfigError naming every bad field.
     """
     source = str(path) if path is not None else "config"
+    raw: dict = {}
     if path is not None:
         raw = read_yaml(path)
         if renamed:
             check_renamed(raw, renamed, source)
         if resolve_paths is not None:
             resolve_paths(raw, Path(path).parent.resolve())
-    else:
-        raw = dict(data or {})
+    if data:  # on top of the file, section by section (a command's flags over its --config)
         if renamed:
-            check_renamed(raw, renamed, source)
+            check_renamed(data, renamed, source)
+        for key, value in data.items():
+            raw[key] = {**raw[key], **value} if isinstance(value, dict) and isinstance(raw.get(key), dict) else value
     if renamed:
         keys: dict = {}
         for item in overrides:

@@ -225,7 +225,8 @@ class AgenticConfig(Section):
 
 # The rollout agent's fields that an RL run sets from its own sections (orchestrator.agent_config).
 AGENT_FROM_RUN = {"temperature": "sampling.temperature", "top_p": "sampling.top_p", "top_k": "sampling.top_k",
-                  "max_new_tokens": "sampling.max_new_tokens", "context_window": "engine.max_len"}
+                  "max_new_tokens": "sampling.max_new_tokens", "context_window": "engine.max_len",
+                  "max_wall_s": "agentic.rollout.task_timeout_s"}
 _SINGLE_TURN_REWARD = ("kl_coef", "kl_estimator")  # the reward fields single-turn mode reads
 
 
