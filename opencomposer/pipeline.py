@@ -61,6 +61,8 @@ from opencomposer.rl.config import RayRunnerConfig
 
 
 class TokenizerStage(Section):
+    """Stage 1: the byte-level BPE every later stage uses."""
+
     vocab_size: int = Field(2048, ge=272)
     """BPE vocabulary (special tokens included); small keeps the embedding and head cheap."""
     code_bytes: int = Field(4_000_000, gt=0)
@@ -68,9 +70,8 @@ class TokenizerStage(Section):
     family_samples: int = Field(400, ge=0)
     """Demo-family modules drawn (generator stream "tokenizer", never the task seeds) for the corpus."""
     split_digits: bool = True
-    """One digit per token (model.tokenizer.train_tokenizer): numbers copy digit by digit. With
-    the BPE's multi-digit tokens two seeds in three never learnt to copy a number (tasks stating
-    one: 1/75, 11/99 after SFT); split, 27-49% of them in every seed (docs/demo-design.md)."""
+    """One digit per token (model.tokenizer.train_tokenizer): numbers are copied digit by digit, which
+    the small model learns where multi-digit tokens left it unable to copy a constant (docs/demo-design.md)."""
 
 
 DEFAULT_MODEL: dict[str, Any] = {
@@ -81,22 +82,30 @@ DEFAULT_MODEL: dict[str, Any] = {
 
 
 class PretrainStage(Section):
+    """Stage 2: pretraining the MoE+MTP model on stdlib code (one phase, pretrain/train.py)."""
+
     model: dict[str, Any] = {}
     """ModelConfig keys that replace DEFAULT_MODEL's."""
     steps: int = Field(150, gt=0)
+    """Optimizer steps (MTP is trained from the halfway step on)."""
     seq_len: int = Field(256, gt=1)
+    """Tokens per training sequence."""
     batch_size: int = Field(8, gt=0)
+    """Sequences per step."""
     lr: float = Field(3e-3, gt=0)
+    """Peak learning rate (warm-up over a fifth of the steps, at most 20, then cosine)."""
     code_bytes: int = Field(4_000_000, gt=0)
     """Bytes of stdlib code to pretrain on."""
 
 
 class TasksStage(Section):
+    """Stage 3: the demo family's SFT, held-out and RL suites, from three generator seeds, pairwise disjoint."""
+
     n_train: int = Field(2048, gt=0)
-    """SFT's demonstrations (~4.7 epochs at 1,200 steps): with 256 (25 epochs) SFT reached 61%, 24%,
-    33% held-out in seeds 0-2, with 1,024 76%, 46.5%, 47.5% (session 5); with 2,048 the numbers in
-    instructions are copied too (88.5% with the oracle alone, session 6; docs/demo-design.md)."""
+    """SFT's tasks, one demonstration each: enough that SFT learns to copy paths, lines and numbers
+    rather than memorise instances (docs/demo-design.md has the sizes measured)."""
     n_heldout: int = Field(200, gt=0)
+    """Held-out tasks both evaluations run (never trained on by SFT or RL)."""
     n_rl: int = Field(1152, gt=0)
     """Tasks for RL, from a third generator seed with every training and held-out instance
     excluded: RL never trains on the tasks SFT memorised (nor on held-out ones)."""
@@ -105,22 +114,28 @@ class TasksStage(Section):
 
 
 class SFTStage(Section):
+    """Stage 4: SFT on the demonstrator's trajectories of the SFT tasks (pretrain/sft.py)."""
+
     steps: int = Field(1200, gt=0)
-    """At 500 steps (1,024 tasks) the copying of paths and lines was half learned (held-out 15.5%, 3%, 1.5%
-    in seeds 0-2) and RL's training reward stayed flat; at 800, 76%, 46.5%, 47.5%; 2,048 tasks take 1,200."""
+    """Optimizer steps (~4.7 epochs of 2,048 demonstrations): fewer leave the copying of paths and
+    lines half learned and RL without a reward to climb (docs/demo-design.md)."""
     batch_size: int = Field(8, gt=0)
+    """Demonstrations per step."""
     lr: float = Field(3e-3, gt=0)
+    """Peak learning rate (cosine decay to a tenth)."""
     warmup_steps: int = Field(10, ge=0)
+    """Linear learning-rate warm-up steps."""
     mtp_weight: float = Field(0.0, ge=0)
     """MTP self-distillation during SFT (0: off, which halves the step time; pretraining trains MTP)."""
     decoy_rate: float = Field(0.5, ge=0, le=1)
     """Share of SFT's demonstrations that write a plausible wrong fix (demo_family.demonstrator):
-    an imperfect demonstrator, whose mistakes only the grader's reward, i.e. RL, can tell apart.
-    With the oracle alone (0) SFT reached 88.5% and left RL 11.5 points at most; at 0.5, 36.5-39%
-    after SFT and +20 to +33 points after 48 RL steps in seeds 0-2 (docs/demo-design.md, session 7)."""
+    an imperfect demonstrator, whose mistakes only the grader's reward, i.e. RL, can tell apart;
+    with the oracle alone SFT leaves RL little to improve (docs/demo-design.md)."""
 
 
 class EvalStage(Section):
+    """Stages 5 and 7: the SFT and the RL checkpoint on the held-out tasks, with the same settings."""
+
     temperature: float = Field(1.0, ge=0)
     """Sampling temperature of both evaluations (RL samples at rl.temperature)."""
     concurrency: int = Field(64, ge=1)
@@ -128,15 +143,17 @@ class EvalStage(Section):
 
 
 class RLStage(Section):
+    """Stage 6: asynchronous agentic RL on the RL tasks (the RL config it builds: Pipeline._rl)."""
+
     steps: int = Field(48, gt=0)
-    """Trainer steps; steps x groups_per_step RL tasks are used, each once. From the imperfect
-    demonstrator's SFT, 48 lifted held-out success by 20-33 points in seeds 0-2 where 32 gave 18-22
-    (docs/demo-design.md, session 7); with the oracle's SFT 64 measured no better than 32."""
+    """Trainer steps; steps x groups_per_step RL tasks are used, each once (docs/demo-design.md
+    compares step counts)."""
     group_size: int = Field(8, ge=2)
     """G: rollouts per task (Dr. GRPO needs mixed outcomes within a group)."""
     groups_per_step: int = Field(16, ge=1)
-    """128 rollouts a step: at 64 the gradient was ~7% signal (docs/demo-design.md)."""
+    """B: tasks per step, 128 rollouts: fewer make a gradient that is mostly noise (docs/demo-design.md)."""
     lr: float = Field(2e-4, gt=0)
+    """Peak learning rate (train.optim.lr)."""
     temperature: float = Field(1.0, gt=0)
     """Rollout sampling temperature; the trainer divides its logits by it too, so RL stays on-policy
     for the tempered policy (the evaluations use eval.temperature)."""
@@ -144,7 +161,7 @@ class RLStage(Section):
     """beta of the KL penalty to the SFT policy."""
     length_coef: float = Field(0.0, ge=0)
     """lambda of the length penalty. 0: among failed rollouts a penalty favours the shortest, i.e.
-    answering at once without tools, which measured as a collapse (resolved 0 after 3 steps at lr 1e-3)."""
+    answering at once without tools, a collapse (docs/demo-design.md)."""
     tool_error_coef: float = Field(0.0, ge=0)
     """Penalty per failed or malformed tool call (0 for the same reason: correctness is the signal)."""
     warmup_steps: int = Field(4, ge=0)
@@ -158,7 +175,9 @@ class RLStage(Section):
     rollout_workers: int = Field(8, ge=1)
     """Groups rolled out at once; the engine batches all their rollouts (group_size x this slots)."""
     max_staleness: int = Field(1, ge=0)
+    """s: a group is trained at most s policy versions after its oldest token was sampled (agentic.max_staleness)."""
     micro_batch_size: int = Field(16, ge=1)
+    """Sequences per trainer forward/backward (train.micro_batch_size)."""
     runner: Literal["local", "ray"] = "local"
     """local: trainer and engine in this process; ray: rollout, inference and trainer actors (rl/ray_runner.py)."""
     ray: RayRunnerConfig = RayRunnerConfig()
@@ -190,11 +209,17 @@ class PipelineConfig(Section):
     run: PipelineRunConfig = PipelineRunConfig()
     """Directory, seed, threads and device of the whole pipeline."""
     tokenizer: TokenizerStage = TokenizerStage()
+    """Stage 1."""
     pretrain: PretrainStage = PretrainStage()
+    """Stage 2."""
     tasks: TasksStage = TasksStage()
+    """Stage 3."""
     sft: SFTStage = SFTStage()
+    """Stage 4."""
     eval: EvalStage = EvalStage()
+    """Stages 5 and 7."""
     rl: RLStage = RLStage()
+    """Stage 6."""
 
     @model_validator(mode="after")
     def _enough_tasks(self) -> "PipelineConfig":
