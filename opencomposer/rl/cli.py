@@ -28,6 +28,7 @@ def rl(
 ) -> None:
     """Train with RL (single-turn: prompts + reward functions; agentic: tasks in sandboxes, async)."""
     from rich.console import Console
+    from rich.markup import escape
 
     from opencomposer.config import dump_config
     from opencomposer.rl.config import load_rl_config
@@ -36,7 +37,7 @@ def rl(
     try:
         cfg = load_rl_config(config, overrides)
     except OpenComposerError as e:
-        console.print(f"[red]error:[/red] {e}", markup=True, highlight=False)
+        console.print("[red]error:[/red]", escape(str(e)), highlight=False)  # the message is no markup
         raise typer.Exit(2)
     if print_config:
         print(dump_config(cfg), end="")
@@ -51,7 +52,7 @@ def rl(
 
             summary = run_agentic(cfg, resume=resume)
     except OpenComposerError as e:
-        console.print(f"[red]error:[/red] {e}", markup=True, highlight=False)
+        console.print("[red]error:[/red]", escape(str(e)), highlight=False)  # the message is no markup
         raise typer.Exit(2)
     summary["trained"] = len(summary["trained"])
     print(json.dumps(summary))
