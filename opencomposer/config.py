@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import copy
 import importlib.util
+import sys
 from pathlib import Path
 from typing import Any, Callable, Mapping, TypeVar
 
@@ -56,7 +57,7 @@ def variant(base: type[M], name: str, *, drop: tuple[str, ...] = (), doc: str | 
     """`base` for one command: fields in `drop` left out (that command does not read them),
     `defaults` replacing the defaults of others (`REQUIRED`: none), `describe` the docstrings of
     fields whose meaning the command narrows. Each field keeps its type and bounds, so a shared
-    section stays one definition."""
+    section stays one definition. Assign the result to `name` in the calling module."""
     describe = describe or {}
     unknown = set(drop) | set(defaults) | set(describe)
     unknown -= set(base.model_fields)
@@ -79,8 +80,10 @@ def variant(base: type[M], name: str, *, drop: tuple[str, ...] = (), doc: str | 
     validators = {name_: field_validator(*dec.info.fields, mode=dec.info.mode)(dec.func.__func__)
                   for name_, dec in base.__pydantic_decorators__.field_validators.items()
                   if all(f in fields for f in dec.info.fields)}
+    # the caller's module: instances pickle by reference to `name` there (Ray, multiprocessing)
+    module = sys._getframe(1).f_globals["__name__"]
     return create_model(name, __base__=Section, __doc__=doc or base.__doc__, __validators__=validators,
-                        **fields)  # type: ignore[return-value]
+                        __module__=module, **fields)  # type: ignore[return-value]
 
 
 # ----------------------------------------------------------------------------- shared sections

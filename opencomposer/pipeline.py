@@ -29,7 +29,7 @@ settings (`eval.temperature`, stated in the report).
 Configuration: `PipelineConfig` holds every default (configs/demo/pipeline.yaml restates them);
 `opencomposer demo --config FILE --set key.sub=value`.
 
-GPUs and Ray: `device` (auto: a GPU when torch sees one, opencomposer/device.py) goes to every
+GPUs and Ray: `run.device` (auto: a GPU when torch sees one, opencomposer/device.py) goes to every
 stage that computes: pretraining, SFT, both evaluations' engine, and RL's trainer, reference
 model and engine; without a GPU nothing changes. `rl.runner: ray` runs the RL stage on Ray
 (rl/ray_runner.py: rollout actors, an inference actor, FSDP2 trainer ranks; `rl.ray` says where

@@ -309,3 +309,12 @@ def test_without_tensorboard_a_run_stops_at_once_naming_the_extra(args, tmp_path
     assert any(dep.startswith("tensorboard") for dep in extras[TENSORBOARD_EXTRA])  # the extra the message names
     ok = _python(NO_TENSORBOARD.replace("ARGS", repr([*args, "--set", "log.tensorboard=false", "--print-config"])))
     assert ok.returncode == 0, ok.stderr[-2000:]
+
+
+def test_configs_pickle_for_ray_and_subprocesses(tmp_path):
+    import pickle
+
+    eval_cfg = write(tmp_path / "eval.yaml", {"suite": "s", "policy": "noop", "run": {"out_dir": "o"}})
+    for cfg in (load_rl_config(AGENTIC), load_pretrain(CONFIGS / "pretrain/tiny.yaml"), load_sft(CONFIGS / "sft/tiny.yaml"),
+                load_pipeline(None), load_config(EvalConfig, eval_cfg)):
+        assert pickle.loads(pickle.dumps(cfg)) == cfg

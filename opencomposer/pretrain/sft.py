@@ -5,7 +5,7 @@ one minimal edit_file; with `data.decoy_rate` an imperfect demonstrator that wri
 wrong fix on that share of the tasks, `demo_family.demonstrator`) is run through the real agent
 loop in a sandbox fork of every task of a training suite (never the held-out suite), with the
 environment's agent config (tool set, system prompt, limits); each trajectory is appended to
-`<run_dir>/sft_data/trajectories.jsonl` (collection resumes: tasks already there are skipped). Trajectory JSONL files written by
+`<run.out_dir>/sft_data/trajectories.jsonl` (collection resumes: tasks already there are skipped). Trajectory JSONL files written by
 anyone else (`opencomposer eval`, RL) can be added with `data.trajectories`.
 
 Rendering. Each segment of a trajectory becomes one example with the chat template and loss
@@ -29,10 +29,10 @@ positions (most of a trajectory is prompt and tool output). Optimisation, checkp
 metrics are pretraining's: AdamW with decay on matrices (`train.make_optimizer`), warmup then
 cosine (`train.lr_at`), global-norm clipping, atomic checkpoints (`checkpoint.py`) holding the
 model in HF format with tokenizer.json plus the optimizer, the data cursor and RNG state,
-metrics.jsonl (`train.Metrics`). The final model is published to `<run_dir>/model`, which
-`opencomposer eval --policy engine:<run_dir>/model` serves.
+metrics.jsonl (`train.Metrics`). The final model is published to `<run.out_dir>/model`, which
+`opencomposer eval --policy engine:<run.out_dir>/model` serves.
 
-Device: `device` (auto: a GPU when torch sees one) holds the model and optimizer; batches are
+Device: `run.device` (auto: a GPU when torch sees one) holds the model and optimizer; batches are
 collated and packed on the host and moved per step. On the CPU nothing moves.
 
 Left out: packing several examples into one sequence (a trajectory's prompt is most of its
