@@ -171,8 +171,9 @@ def format_errors(source: str, err: ValidationError) -> str:
     lines = []
     for e in err.errors():
         where = ".".join(str(p) for p in e["loc"]) or "(top level)"
-        # a whole-config error (a validator of the top-level model) would print the whole input
-        got = "" if e["type"] in ("missing", "extra_forbidden") or not e["loc"] else f" (got {e.get('input')!r})"
+        # a section's own check (a model validator) would print the whole section as its input
+        whole = not e["loc"] or isinstance(e.get("input"), dict)
+        got = "" if e["type"] in ("missing", "extra_forbidden") or whole else f" (got {e.get('input')!r})"
         msg = "unknown key; check the spelling against the documented fields" if e["type"] == "extra_forbidden" else e["msg"]
         lines.append(f"  {where}: {msg}{got}")
     return f"{source}: invalid config\n" + "\n".join(lines)

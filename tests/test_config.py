@@ -318,3 +318,11 @@ def test_configs_pickle_for_ray_and_subprocesses(tmp_path):
     for cfg in (load_rl_config(AGENTIC), load_pretrain(CONFIGS / "pretrain/tiny.yaml"), load_sft(CONFIGS / "sft/tiny.yaml"),
                 load_pipeline(None), load_config(EvalConfig, eval_cfg)):
         assert pickle.loads(pickle.dumps(cfg)) == cfg
+
+
+def test_pretraining_and_sft_refuse_fields_they_would_ignore():
+    with pytest.raises(ConfigError, match="exactly one of model"):
+        load_pretrain(CONFIGS / "pretrain/tiny.yaml", ["init_from=/some/checkpoint"])  # model would be ignored
+    with pytest.raises(ConfigError, match=r"data\.generate, data\.agent: used only when collecting on data\.suite"):
+        load_sft(CONFIGS / "sft/tiny.yaml", ["data.suite=null"])
+    assert load_sft(CONFIGS / "sft/tiny.yaml", ["data.suite=null", "data.generate=null", "data.agent=null"]).data.suite is None

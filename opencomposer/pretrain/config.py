@@ -127,10 +127,10 @@ class PretrainConfig(Section):
     """Run directory (required), seed (initial weights, order of training sequences), threads
     (null: torch's default divided by the local world size), device (under torchrun, rank r takes
     cuda:LOCAL_RANK)."""
-    model: str | dict[str, Any]
-    """A ModelConfig YAML file (relative to this config file) or its keys inline; ignored when init_from is set."""
+    model: str | dict[str, Any] | None = None
+    """A ModelConfig YAML file (relative to this config file) or its keys inline: a model trained from scratch."""
     init_from: str | None = None
-    """An HF checkpoint directory to continue pretraining from (continued pretraining); null: from scratch."""
+    """An HF checkpoint directory to continue pretraining from (its config.json is the model); give it or `model`."""
     data: DataConfig = DataConfig()
     """The corpus."""
     phases: list[PhaseConfig] = Field(min_length=1)
@@ -159,6 +159,9 @@ class PretrainConfig(Section):
         names = [p.name for p in self.phases]
         if len(set(names)) != len(names):
             raise ValueError(f"phase names must be unique, got {names}")
+        if (self.model is None) == (self.init_from is None):
+            raise ValueError("give exactly one of model (a ModelConfig, trained from scratch) or init_from "
+                             "(a checkpoint to continue from, whose config.json is the model)")
         require_tensorboard(self.log.tensorboard)
         return self
 
@@ -176,6 +179,8 @@ class PretrainConfig(Section):
 
     def model_dict(self) -> dict[str, Any]:
         """The ModelConfig keys, read from the YAML file `model` names when it is a path."""
+        if self.model is None:
+            raise ConfigError("model: not set; with init_from the checkpoint's config.json is the model")
         if isinstance(self.model, dict):
             return self.model
         path = Path(self.model)

@@ -54,7 +54,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 import yaml
-from pydantic import Field, ValidationError
+from pydantic import Field, ValidationError, model_validator
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -117,6 +117,15 @@ class SFTDataConfig(Section):
     """Examples held out (after a seeded shuffle) for the validation loss."""
     cache_dir: str = "~/.cache/opencomposer/sft"
     """Where rendered examples are cached (.npz keyed by content)."""
+
+    @model_validator(mode="after")
+    def _collection_needs_a_suite(self) -> "SFTDataConfig":
+        # these fields shape the demonstrator's collection, which only a suite starts
+        unused = [k for k in ("generate", "grade", "decoy_rate", "agent", "concurrency")
+                  if getattr(self, k) != type(self).model_fields[k].default]
+        if self.suite is None and unused:
+            raise ValueError(f"data.{', data.'.join(unused)}: used only when collecting on data.suite, which is not set")
+        return self
 
 
 SFTRunConfig = variant(RunConfig, "SFTRunConfig", out_dir=REQUIRED,
