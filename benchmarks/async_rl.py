@@ -37,13 +37,14 @@ from collections import Counter
 import numpy as np
 import torch
 
-from opencomposer.config import TrainConfig
+from opencomposer.rl.config import TrainConfig
 from opencomposer.engine.fake import FakeEngine, assistant_reply
 from opencomposer.engine.types import GenerationResult
 from opencomposer.harness.agent import AgentConfig
 from opencomposer.model import ModelConfig, Transformer
 from opencomposer.model.tokenizer import END, bundled_tokenizer
-from opencomposer.rl.orchestrator import AgenticConfig, Orchestrator
+from opencomposer.rl.config import AgenticConfig
+from opencomposer.rl.orchestrator import Orchestrator
 from opencomposer.rl.rewards import RewardConfig
 from opencomposer.rl.rollout import RolloutConfig
 from opencomposer.rl.trainer import Trainer

@@ -35,7 +35,7 @@ def main() -> None:
     args = ap.parse_args()
     runs = []
     for seed in args.seeds:
-        cfg = load_config(args.config, [*args.overrides, f"seed={seed}", f"out_dir={Path(args.out) / f'seed{seed}'}"])
+        cfg = load_config(args.config, [*args.overrides, f"run.seed={seed}", f"run.out_dir={Path(args.out) / f'seed{seed}'}"])
         console = Console(file=io.StringIO()) if args.json else Console(stderr=True)
         p = Pipeline(cfg, console)
         p.run()

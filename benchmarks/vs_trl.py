@@ -42,7 +42,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from opencomposer.config import load_rl_config  # noqa: E402
+from opencomposer.rl.config import load_rl_config  # noqa: E402
 from opencomposer.model import ModelConfig, Transformer, save_pretrained  # noqa: E402
 from opencomposer.model.tokenizer import bundled_tokenizer  # noqa: E402
 from opencomposer.rl.single_turn import digit_fraction, run_single_turn  # noqa: E402

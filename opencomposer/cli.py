@@ -36,6 +36,7 @@ def demo(
     overrides: list[str] = typer.Option([], "--set", help="Override a field: --set rl.steps=8 (repeatable)."),
     until: str = typer.Option(None, "--until", help="Stop after this stage (tokenizer, pretrain, tasks, sft, "
                                                       "eval_sft, rl, eval_rl, report); a later run goes on."),
+    print_config: bool = typer.Option(False, "--print-config", help="Print the resolved pipeline config and exit."),
 ) -> None:
     """`make demo`: tokenizer, pretraining, SFT, eval, async RL, eval, report (opencomposer/pipeline.py)."""
     if harness:
@@ -43,10 +44,15 @@ def demo(
 
         main()
         return
+    from opencomposer.config import dump_config
     from opencomposer.errors import OpenComposerError
+    from opencomposer.pipeline import load_config
     from opencomposer.pipeline import main as pipeline
 
     try:
+        if print_config:
+            typer.echo(dump_config(load_config(config, overrides)), nl=False)
+            return
         pipeline(config, overrides, until=until)
     except OpenComposerError as exc:
         typer.echo(f"demo: {exc}", err=True)

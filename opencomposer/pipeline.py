@@ -29,7 +29,7 @@ settings (`eval.temperature`, stated in the report).
 Configuration: `PipelineConfig` holds every default (configs/demo/pipeline.yaml restates them);
 `opencomposer demo --config FILE --set key.sub=value`.
 
-GPUs and Ray: `device` (auto: a GPU when torch sees one, opencomposer/device.py) goes to every
+GPUs and Ray: `run.device` (auto: a GPU when torch sees one, opencomposer/device.py) goes to every
 stage that computes: pretraining, SFT, both evaluations' engine, and RL's trainer, reference
 model and engine; without a GPU nothing changes. `rl.runner: ray` runs the RL stage on Ray
 (rl/ray_runner.py: rollout actors, an inference actor, FSDP2 trainer ranks; `rl.ray` says where
@@ -47,22 +47,22 @@ import json
 import random
 import time
 from pathlib import Path
-from typing import Any, Callable, Literal
+from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import Field, model_validator
 from rich.console import Console
 
-from opencomposer.device import DeviceName, resolve_device
+from opencomposer.config import RunConfig, Section, variant
+from opencomposer.config import load_config as _load
+from opencomposer.device import resolve_device
 from opencomposer.errors import ConfigError
-from opencomposer.rl.orchestrator import RayRunnerConfig
+from opencomposer.rl.config import RayRunnerConfig
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+class TokenizerStage(Section):
+    """Stage 1: the byte-level BPE every later stage uses."""
 
-
-class TokenizerStage(_Strict):
     vocab_size: int = Field(2048, ge=272)
     """BPE vocabulary (special tokens included); small keeps the embedding and head cheap."""
     code_bytes: int = Field(4_000_000, gt=0)
@@ -70,9 +70,8 @@ class TokenizerStage(_Strict):
     family_samples: int = Field(400, ge=0)
     """Demo-family modules drawn (generator stream "tokenizer", never the task seeds) for the corpus."""
     split_digits: bool = True
-    """One digit per token (model.tokenizer.train_tokenizer): numbers copy digit by digit. With
-    the BPE's multi-digit tokens two seeds in three never learnt to copy a number (tasks stating
-    one: 1/75, 11/99 after SFT); split, 27-49% of them in every seed (docs/demo-design.md)."""
+    """One digit per token (model.tokenizer.train_tokenizer): numbers are copied digit by digit, which
+    the small model learns where multi-digit tokens left it unable to copy a constant (docs/demo-design.md)."""
 
 
 DEFAULT_MODEL: dict[str, Any] = {
@@ -82,23 +81,31 @@ DEFAULT_MODEL: dict[str, Any] = {
 """The demo's MoE+MTP decoder (ModelConfig keys; vocab_size comes from the tokenizer)."""
 
 
-class PretrainStage(_Strict):
+class PretrainStage(Section):
+    """Stage 2: pretraining the MoE+MTP model on stdlib code (one phase, pretrain/train.py)."""
+
     model: dict[str, Any] = {}
     """ModelConfig keys that replace DEFAULT_MODEL's."""
     steps: int = Field(150, gt=0)
+    """Optimizer steps (MTP is trained from the halfway step on)."""
     seq_len: int = Field(256, gt=1)
+    """Tokens per training sequence."""
     batch_size: int = Field(8, gt=0)
+    """Sequences per step."""
     lr: float = Field(3e-3, gt=0)
+    """Peak learning rate (warm-up over a fifth of the steps, at most 20, then cosine)."""
     code_bytes: int = Field(4_000_000, gt=0)
     """Bytes of stdlib code to pretrain on."""
 
 
-class TasksStage(_Strict):
+class TasksStage(Section):
+    """Stage 3: the demo family's SFT, held-out and RL suites, from three generator seeds, pairwise disjoint."""
+
     n_train: int = Field(2048, gt=0)
-    """SFT's demonstrations (~4.7 epochs at 1,200 steps): with 256 (25 epochs) SFT reached 61%, 24%,
-    33% held-out in seeds 0-2, with 1,024 76%, 46.5%, 47.5% (session 5); with 2,048 the numbers in
-    instructions are copied too (88.5% with the oracle alone, session 6; docs/demo-design.md)."""
+    """SFT's tasks, one demonstration each: enough that SFT learns to copy paths, lines and numbers
+    rather than memorise instances (docs/demo-design.md has the sizes measured)."""
     n_heldout: int = Field(200, gt=0)
+    """Held-out tasks both evaluations run (never trained on by SFT or RL)."""
     n_rl: int = Field(1152, gt=0)
     """Tasks for RL, from a third generator seed with every training and held-out instance
     excluded: RL never trains on the tasks SFT memorised (nor on held-out ones)."""
@@ -106,39 +113,47 @@ class TasksStage(_Strict):
     """Distractor functions per module (demo_family.MAX_DIFFICULTY at most)."""
 
 
-class SFTStage(_Strict):
+class SFTStage(Section):
+    """Stage 4: SFT on the demonstrator's trajectories of the SFT tasks (pretrain/sft.py)."""
+
     steps: int = Field(1200, gt=0)
-    """At 500 steps (1,024 tasks) the copying of paths and lines was half learned (held-out 15.5%, 3%, 1.5%
-    in seeds 0-2) and RL's training reward stayed flat; at 800, 76%, 46.5%, 47.5%; 2,048 tasks take 1,200."""
+    """Optimizer steps (~4.7 epochs of 2,048 demonstrations): fewer leave the copying of paths and
+    lines half learned and RL without a reward to climb (docs/demo-design.md)."""
     batch_size: int = Field(8, gt=0)
+    """Demonstrations per step."""
     lr: float = Field(3e-3, gt=0)
+    """Peak learning rate (cosine decay to a tenth)."""
     warmup_steps: int = Field(10, ge=0)
+    """Linear learning-rate warm-up steps."""
     mtp_weight: float = Field(0.0, ge=0)
     """MTP self-distillation during SFT (0: off, which halves the step time; pretraining trains MTP)."""
     decoy_rate: float = Field(0.5, ge=0, le=1)
     """Share of SFT's demonstrations that write a plausible wrong fix (demo_family.demonstrator):
-    an imperfect demonstrator, whose mistakes only the grader's reward, i.e. RL, can tell apart.
-    With the oracle alone (0) SFT reached 88.5% and left RL 11.5 points at most; at 0.5, 36.5-39%
-    after SFT and +20 to +33 points after 48 RL steps in seeds 0-2 (docs/demo-design.md, session 7)."""
+    an imperfect demonstrator, whose mistakes only the grader's reward, i.e. RL, can tell apart;
+    with the oracle alone SFT leaves RL little to improve (docs/demo-design.md)."""
 
 
-class EvalStage(_Strict):
+class EvalStage(Section):
+    """Stages 5 and 7: the SFT and the RL checkpoint on the held-out tasks, with the same settings."""
+
     temperature: float = Field(1.0, ge=0)
     """Sampling temperature of both evaluations (RL samples at rl.temperature)."""
     concurrency: int = Field(64, ge=1)
     """Episodes at once (one engine batches them)."""
 
 
-class RLStage(_Strict):
+class RLStage(Section):
+    """Stage 6: asynchronous agentic RL on the RL tasks (the RL config it builds: Pipeline._rl)."""
+
     steps: int = Field(48, gt=0)
-    """Trainer steps; steps x groups_per_step RL tasks are used, each once. From the imperfect
-    demonstrator's SFT, 48 lifted held-out success by 20-33 points in seeds 0-2 where 32 gave 18-22
-    (docs/demo-design.md, session 7); with the oracle's SFT 64 measured no better than 32."""
+    """Trainer steps; steps x groups_per_step RL tasks are used, each once (docs/demo-design.md
+    compares step counts)."""
     group_size: int = Field(8, ge=2)
     """G: rollouts per task (Dr. GRPO needs mixed outcomes within a group)."""
     groups_per_step: int = Field(16, ge=1)
-    """128 rollouts a step: at 64 the gradient was ~7% signal (docs/demo-design.md)."""
+    """B: tasks per step, 128 rollouts: fewer make a gradient that is mostly noise (docs/demo-design.md)."""
     lr: float = Field(2e-4, gt=0)
+    """Peak learning rate (train.optim.lr)."""
     temperature: float = Field(1.0, gt=0)
     """Rollout sampling temperature; the trainer divides its logits by it too, so RL stays on-policy
     for the tempered policy (the evaluations use eval.temperature)."""
@@ -146,7 +161,7 @@ class RLStage(_Strict):
     """beta of the KL penalty to the SFT policy."""
     length_coef: float = Field(0.0, ge=0)
     """lambda of the length penalty. 0: among failed rollouts a penalty favours the shortest, i.e.
-    answering at once without tools, which measured as a collapse (resolved 0 after 3 steps at lr 1e-3)."""
+    answering at once without tools, a collapse (docs/demo-design.md)."""
     tool_error_coef: float = Field(0.0, ge=0)
     """Penalty per failed or malformed tool call (0 for the same reason: correctness is the signal)."""
     warmup_steps: int = Field(4, ge=0)
@@ -160,34 +175,51 @@ class RLStage(_Strict):
     rollout_workers: int = Field(8, ge=1)
     """Groups rolled out at once; the engine batches all their rollouts (group_size x this slots)."""
     max_staleness: int = Field(1, ge=0)
+    """s: a group is trained at most s policy versions after its oldest token was sampled (agentic.max_staleness)."""
     micro_batch_size: int = Field(16, ge=1)
+    """Sequences per trainer forward/backward (train.micro_batch_size)."""
     runner: Literal["local", "ray"] = "local"
     """local: trainer and engine in this process; ray: rollout, inference and trainer actors (rl/ray_runner.py)."""
     ray: RayRunnerConfig = RayRunnerConfig()
     """With runner ray: address (null: a local Ray instance), actors, trainer world size, GPUs per actor."""
 
 
-class PipelineConfig(_Strict):
+class PipelineRunConfig(variant(RunConfig, "PipelineRunFields", out_dir="runs/demo", num_threads=1, describe={
+        "out_dir": "The pipeline's directory: every stage's outputs, stages/*.json, pipeline.yaml, the report.",
+        "seed": "Seeds the model, the SFT order, RL; the task seeds are derived from it.",
+        "num_threads": "torch threads of the stages where the engine, the sandboxes' tests and (in RL) the trainer "
+                       "compute at once (evaluations, local RL): one leaves the other core to them.",
+        "device": "Where every stage computes: auto (a GPU if torch sees one), cpu, cuda; Ray's RL actors use "
+                  "rl.ray's GPUs."})):
+    """Where the demo writes, its seed, threads and device."""
+
+    train_threads: int | None = Field(2, ge=1)
+    """torch threads of pretraining and SFT, where nothing else computes (two beat one on an idle
+    2-core machine; one beats two when other jobs share the cores: docs/demo-design.md)."""
+
+
+RENAMED = {"out_dir": "run.out_dir", "seed": "run.seed", "threads": "run.num_threads",
+           "train_threads": "run.train_threads", "device": "run.device"}
+"""Keys of older pipeline configs and their replacements (a config holding one stops, naming it)."""
+
+
+class PipelineConfig(Section):
     """The whole demo; every field has the `make demo` default."""
 
-    out_dir: str = "runs/demo"
-    seed: int = 0
-    """Seeds the model, the SFT order, RL; the task seeds are derived from it."""
-    threads: int | None = Field(1, ge=1)
-    """torch threads of the stages where the engine, the sandboxes' tests and (in RL) the trainer
-    compute at once: one leaves the other core to them."""
-    train_threads: int | None = Field(2, ge=1)
-    """torch threads of pretraining and SFT, where nothing else computes: on an idle 2-core machine
-    two measured 1.5x faster per step than one; set 1 when other jobs share the cores (one was then
-    4-8x faster per SFT step than two)."""
-    device: DeviceName = "auto"
-    """Where every stage computes: auto (a GPU if torch sees one), cpu, cuda; Ray's RL actors use rl.ray's GPUs."""
+    run: PipelineRunConfig = PipelineRunConfig()
+    """Directory, seed, threads and device of the whole pipeline."""
     tokenizer: TokenizerStage = TokenizerStage()
+    """Stage 1."""
     pretrain: PretrainStage = PretrainStage()
+    """Stage 2."""
     tasks: TasksStage = TasksStage()
+    """Stage 3."""
     sft: SFTStage = SFTStage()
+    """Stage 4."""
     eval: EvalStage = EvalStage()
+    """Stages 5 and 7."""
     rl: RLStage = RLStage()
+    """Stage 6."""
 
     @model_validator(mode="after")
     def _enough_tasks(self) -> "PipelineConfig":
@@ -197,31 +229,9 @@ class PipelineConfig(_Strict):
         return self
 
 
-def _set_dotted(d: dict, key: str, value: Any) -> None:
-    *parents, last = key.split(".")
-    for p in parents:
-        d = d.setdefault(p, {})
-    d[last] = value
-
-
 def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> PipelineConfig:
     """Read a YAML file (or the defaults), apply `key.sub=value` overrides, validate."""
-    raw: dict = {}
-    if path is not None:
-        path = Path(path)
-        if not path.is_file():
-            raise ConfigError(f"{path}: no such pipeline config")
-        raw = yaml.safe_load(path.read_text()) or {}
-    for item in overrides:
-        if "=" not in item:
-            raise ConfigError(f"--set {item!r}: expected key.sub=value")
-        k, v = item.split("=", 1)
-        _set_dotted(raw, k.strip(), yaml.safe_load(v))
-    try:
-        return PipelineConfig.model_validate(raw)
-    except ValidationError as e:
-        lines = [f"  {'.'.join(str(x) for x in err['loc']) or '(top level)'}: {err['msg']}" for err in e.errors()]
-        raise ConfigError("invalid pipeline config:\n" + "\n".join(lines)) from None
+    return _load(PipelineConfig, path, overrides, renamed=RENAMED)
 
 
 def demo_agent(temperature: float = 1.0):
@@ -239,7 +249,7 @@ class Pipeline:
 
     def __init__(self, cfg: PipelineConfig, console: Console | None = None):
         self.cfg, self.console = cfg, console or Console()
-        self.out = Path(cfg.out_dir).resolve()
+        self.out = Path(cfg.run.out_dir).resolve()
         o = self.out
         self.paths = {"tokenizer": o / "tokenizer", "pretrain": o / "pretrain", "train_suite": o / "tasks" / "train",
                       "heldout_suite": o / "tasks" / "heldout", "rl_suite": o / "tasks" / "rl", "sft": o / "sft", "eval_sft": o / "eval" / "sft",
@@ -264,7 +274,7 @@ class Pipeline:
         if until is not None and until not in self.STAGES:
             raise ConfigError(f"until={until!r} is not a stage; the stages are {', '.join(self.STAGES)}")
         stages = self.STAGES[:self.STAGES.index(until) + 1] if until else self.STAGES
-        resolve_device(self.cfg.device)  # device: cuda without a GPU stops here, before any stage
+        resolve_device(self.cfg.run.device, "run.device")  # device: cuda without a GPU stops here, before any stage
         self.out.mkdir(parents=True, exist_ok=True)
         saved, now = self.out / "pipeline.yaml", self.cfg.model_dump(mode="json")
         old = now
@@ -273,7 +283,7 @@ class Pipeline:
         if old != now:
             diff = {f"{k}": (old[k], now[k]) for k in now if old.get(k) != now[k]}
             raise ConfigError(f"{self.out} holds a pipeline run with another config (differences, then and now: "
-                              f"{diff}); set out_dir to another directory, or delete {self.out} to start over")
+                              f"{diff}); set run.out_dir to another directory, or delete {self.out} to start over")
         saved.write_text(yaml.safe_dump(now, sort_keys=False))
         for i, name in enumerate(stages, 1):
             done = self.record(name)
@@ -282,7 +292,7 @@ class Pipeline:
                                    f"({done['wall_s']:.0f} s), skipped[/]")
                 continue
             self.console.rule(f"[bold]stage {i}/{len(self.STAGES)}: {name}")
-            threads = self.cfg.train_threads if name in ("pretrain", "sft") else self.cfg.threads
+            threads = self.cfg.run.train_threads if name in ("pretrain", "sft") else self.cfg.run.num_threads
             if threads:
                 torch.set_num_threads(threads)
             t0 = time.perf_counter()
@@ -316,7 +326,7 @@ class Pipeline:
         c = self.cfg.tokenizer
         agent = demo_agent()
         system = agent.system_prompt + "\n\n" + render_tools([TOOLS[n].schema(agent.compact_tools) for n in agent.tools])
-        rng = random.Random(f"tokenizer/{self.cfg.seed}")  # not a task seed: no held-out text
+        rng = random.Random(f"tokenizer/{self.cfg.run.seed}")  # not a task seed: no held-out text
 
         def texts():
             yield from code_corpus(max_total_bytes=c.code_bytes)
@@ -340,15 +350,16 @@ class Pipeline:
 
         vocab = load_tokenizer(self.paths["tokenizer"]).vocab_size
         cfg = parse_config({
-            "run_dir": str(self.paths["pretrain"]), "model": {**self.model_dict(), "vocab_size": vocab}, "seed": self.cfg.seed,
+            "run": {"out_dir": str(self.paths["pretrain"]), "seed": self.cfg.run.seed,
+                    "num_threads": self.cfg.run.train_threads, "device": self.cfg.run.device},
+            "model": {**self.model_dict(), "vocab_size": vocab},
             "data": {"sources": ["stdlib"], "max_total_bytes": c.code_bytes, "val_fraction": 0.05, "tokenizer": str(self.paths["tokenizer"]),
                      "cache_dir": str(self.paths["cache"] / "pretrain")},
             "phases": [{"name": "main", "steps": c.steps, "seq_len": c.seq_len, "batch_size": c.batch_size,
                         "lr": c.lr, "warmup_steps": min(20, c.steps // 5)}],
             "mtp": {"mode": "distill", "weight": 0.3, "start_step": c.steps // 2},
-            "checkpoint_every": max(1, c.steps // 3), "eval_every": c.steps, "eval_sequences": 8,
-            "log_every": max(1, c.steps // 10), "threads": self.cfg.train_threads, "device": self.cfg.device,
-            "tensorboard": False})
+            "checkpoint": {"every_steps": max(1, c.steps // 3)}, "eval_every": c.steps, "eval_sequences": 8,
+            "log": {"every_steps": max(1, c.steps // 10), "tensorboard": False}})
         out = train(cfg, resume=True, console=self.console)
         return {k: v for k, v in out.items() if isinstance(v, (int, float, str))}
 
@@ -357,11 +368,11 @@ class Pipeline:
         from opencomposer.tasks.demo_family import generate_tasks
 
         c = self.cfg.tasks
-        train = generate_tasks(c.n_train, 2 * self.cfg.seed, self.paths["train_suite"], difficulty=c.difficulty,
+        train = generate_tasks(c.n_train, 2 * self.cfg.run.seed, self.paths["train_suite"], difficulty=c.difficulty,
                                suite_name="demo-train")
-        held = generate_tasks(c.n_heldout, 2 * self.cfg.seed + 1, self.paths["heldout_suite"], difficulty=c.difficulty,
+        held = generate_tasks(c.n_heldout, 2 * self.cfg.run.seed + 1, self.paths["heldout_suite"], difficulty=c.difficulty,
                               exclude={p.name for p in train}, suite_name="demo-heldout")
-        rl = generate_tasks(c.n_rl, 2 * self.cfg.seed + 1000, self.paths["rl_suite"], difficulty=c.difficulty,
+        rl = generate_tasks(c.n_rl, 2 * self.cfg.run.seed + 1000, self.paths["rl_suite"], difficulty=c.difficulty,
                             exclude={p.name for p in train} | {p.name for p in held}, suite_name="demo-rl")
         names = {k: {p.name for p in v} for k, v in (("SFT", train), ("held-out", held), ("RL", rl))}
         for a, b in (("held-out", "SFT"), ("held-out", "RL"), ("RL", "SFT")):
@@ -374,19 +385,21 @@ class Pipeline:
 
     # 4
     def _sft(self) -> dict:
-        from opencomposer.pretrain.sft import SFTConfig, train_sft
+        from opencomposer.pretrain.sft import load_config as sft_config
+        from opencomposer.pretrain.sft import train_sft
 
         c = self.cfg.sft
-        cfg = SFTConfig.model_validate({
-            "run_dir": str(self.paths["sft"]), "init_from": str(self.paths["pretrain"] / "model"),
-            "tokenizer": str(self.paths["tokenizer"]), "seed": self.cfg.seed,
+        cfg = sft_config(None, data={
+            "run": {"out_dir": str(self.paths["sft"]), "seed": self.cfg.run.seed,
+                    "num_threads": self.cfg.run.train_threads, "device": self.cfg.run.device},
+            "init_from": str(self.paths["pretrain"] / "model"), "tokenizer": str(self.paths["tokenizer"]),
             "data": {"suite": str(self.paths["train_suite"]), "agent": demo_agent().model_dump(mode="json"),
                      "concurrency": 2, "max_len": 1024, "val_examples": 16, "decoy_rate": c.decoy_rate,
                      "cache_dir": str(self.paths["cache"] / "sft")},
-            "steps": c.steps, "batch_size": c.batch_size, "lr": c.lr, "warmup_steps": c.warmup_steps,
+            "steps": c.steps, "batch_size": c.batch_size, "optim": {"lr": c.lr, "warmup_steps": c.warmup_steps},
             "mtp": {"mode": "distill", "weight": c.mtp_weight} if c.mtp_weight else None,
-            "checkpoint_every": max(1, c.steps // 4), "eval_every": max(1, c.steps // 4),
-            "log_every": max(1, c.steps // 10), "threads": self.cfg.train_threads, "device": self.cfg.device})
+            "checkpoint": {"every_steps": max(1, c.steps // 4)}, "eval_every": max(1, c.steps // 4),
+            "log": {"every_steps": max(1, c.steps // 10)}})
         out = train_sft(cfg, resume=True, console=self.console)
         return {"steps": out["steps"], "val_loss": out["val_loss"], "train_s": out["train_s"], **out["data"]}
 
@@ -398,7 +411,7 @@ class Pipeline:
         e = self.cfg.eval
         options = EvalOptions(suite=str(self.paths["heldout_suite"]), policy=f"engine:{model_dir}", label=label,
                               concurrency=e.concurrency, task_timeout_s=300, tokenizer=str(self.paths["tokenizer"]),
-                              agent=demo_agent(e.temperature), device=self.cfg.device)
+                              agent=demo_agent(e.temperature), device=self.cfg.run.device)
         s = asyncio.run(evaluate(options, out))["summary"]
         self.console.print(f"{label}: {s['accuracy']:.1%} of {s['episodes']} held-out episodes resolved "
                            f"(temperature {e.temperature})")
@@ -411,25 +424,32 @@ class Pipeline:
 
     # 6
     def _rl(self) -> dict:
-        from opencomposer.config import load_rl_config
-        from opencomposer.rl.cli import run_rl
+        from opencomposer.rl.launch import run_rl
+        from opencomposer.rl.config import AGENT_FROM_RUN, load_rl_config
 
         r = self.cfg.rl
         agent = demo_agent().model_dump(mode="json")
+        # the RL run samples with its sampling section in engine.max_len: the agent's own fields go
+        sampling = {"temperature": r.temperature, "max_new_tokens": agent["max_new_tokens"]}
+        context_window = agent["context_window"]
+        agent = {k: v for k, v in agent.items() if k not in AGENT_FROM_RUN}
+        run = {"out_dir": str(self.paths["rl"]), "seed": self.cfg.run.seed}
+        if r.runner == "local":  # Ray's actors choose their own devices and threads
+            run.update(num_threads=self.cfg.run.num_threads, device=self.cfg.run.device)
         cfg = load_rl_config(data={
             "mode": "agentic",
-            "run": {"out_dir": str(self.paths["rl"]), "seed": self.cfg.seed, "num_threads": self.cfg.threads,
-                    "device": self.cfg.device},
+            "run": run,
             "model": {"path": str(self.paths["sft"] / "model"), "tokenizer": str(self.paths["tokenizer"])},
-            "engine": {"max_slots": max(16, r.group_size * r.rollout_workers), "max_len": agent["context_window"]},
-            "sampling": {"temperature": r.temperature, "max_new_tokens": agent["max_new_tokens"]},
+            "engine": {"max_slots": max(16, r.group_size * r.rollout_workers), "max_len": context_window},
+            "sampling": sampling,
             "train": {"max_steps": r.steps, "micro_batch_size": r.micro_batch_size, "frozen": r.frozen,
                       "optim": {"lr": r.lr, "warmup_steps": r.warmup_steps, "min_lr_ratio": r.min_lr_ratio}},
             "reward": {"kl_coef": r.kl_coef, "length_coef": r.length_coef, "failed_tool_call_coef": r.tool_error_coef,
                        "malformed_tool_call_coef": r.tool_error_coef},
             "checkpoint": {"every_steps": max(1, r.steps // 4), "keep_last": 2},
-            "log": {"tensorboard": False, "progress": True},
-            "agentic": {"suite": str(self.paths["rl_suite"]), "runner": r.runner, "ray": r.ray.model_dump(),
+            "log": {"tensorboard": False},
+            "agentic": {"suite": str(self.paths["rl_suite"]), "runner": r.runner,
+                        **({"ray": r.ray.model_dump()} if r.runner == "ray" else {}),
                         "rollout": {"group_size": r.group_size, "min_group_size": 2, "task_timeout_s": 300,
                                     "agent": agent},
                         "groups_per_step": r.groups_per_step, "rollout_workers": r.rollout_workers,

@@ -112,7 +112,7 @@ def write_demo_report(p: DemoRun) -> dict:
     before, after = rec["eval_sft"]["accuracy"], rec["eval_rl"]["accuracy"]
     cfg = p.cfg
     summary = {
-        "seed": cfg.seed, "sft_success": before, "rl_success": after, "lift_points": 100 * (after - before),
+        "seed": cfg.run.seed, "sft_success": before, "rl_success": after, "lift_points": 100 * (after - before),
         "heldout_tasks": rec["tasks"]["heldout_tasks"], "train_tasks": rec["tasks"]["train_tasks"],
         "rl_tasks": rec["tasks"].get("rl_tasks"),
         "difficulty": cfg.tasks.difficulty, "eval_temperature": cfg.eval.temperature,

@@ -56,7 +56,7 @@ def test_engine_on_a_gpu_generates_what_it_generates_on_the_cpu():
 def test_trainer_step_and_sft_loss_on_a_gpu_match_the_cpu():
     from trainer_util import random_groups, tiny_model
 
-    from opencomposer.config import TrainConfig
+    from opencomposer.rl.config import TrainConfig
     from opencomposer.pretrain.config import MTPConfig
     from opencomposer.pretrain.sft import collate, sft_loss
     from opencomposer.rl.rewards import RewardConfig

@@ -95,8 +95,9 @@ def run_agentic(tmp: Path) -> dict:
 def run_pretrain(tmp: Path) -> dict:
     cfg = yaml.safe_load((ROOT / "configs/pretrain/tiny.yaml").read_text())
     data = corpus(tmp / "corpus")
-    cfg.update(run_dir=str(tmp / "pretrain"), tensorboard=False, threads=1, checkpoint_every=4, eval_every=4,
-               eval_sequences=2, log_every=1)
+    cfg["run"].update(out_dir=str(tmp / "pretrain"), num_threads=1)
+    cfg.update(checkpoint={"every_steps": 4}, log={"tensorboard": False, "every_steps": 1}, eval_every=4,
+               eval_sequences=2)
     cfg["data"] = {"sources": [str(data)], "max_total_bytes": 2_000_000, "val_fraction": 0.05,
                    "cache_dir": str(tmp / "cache")}
     cfg["phases"][0].update(steps=6, batch_size=4)

@@ -37,18 +37,6 @@ LAYERS: list[tuple[str, ...]] = [
     ("errors", "device", "config", "__init__"),  # config helpers, the package's own docstring
 ]
 
-# Edges that the other engineers of issue 17 cut on their branches (config: RLConfig moves to
-# rl/config.py; runsetup: one RL run assembly replaces the orchestrator's lazy call into the Ray
-# runner). Each one is needed: without it the checker reports a cycle or an upward import.
-# PENDING: the lead removes this allow-list when those branches are merged.
-PENDING: frozenset[tuple[str, str]] = frozenset({
-    ("opencomposer.config", "opencomposer.rl.advantages"),
-    ("opencomposer.config", "opencomposer.rl.losses"),
-    ("opencomposer.config", "opencomposer.rl.orchestrator"),
-    ("opencomposer.config", "opencomposer.rl.rewards"),
-    ("opencomposer.rl.orchestrator", "opencomposer.rl.ray_runner"),
-})
-
 
 def module_name(path: Path, src: Path) -> str:
     parts = list(path.relative_to(src).with_suffix("").parts)
@@ -170,13 +158,7 @@ def todays_graph() -> dict[str, set[str]]:
 
 
 def test_package_imports_follow_the_layers():
-    assert faults(todays_graph(), PENDING) == []
-
-
-def test_pending_edges_still_exist():
-    # An allow-list entry that no longer matches an import would silently allow it again later.
-    graph = todays_graph()
-    assert sorted(e for e in PENDING if e[1] not in graph.get(e[0], set())) == []
+    assert faults(todays_graph()) == []
 
 
 def test_every_part_is_in_a_layer():
@@ -247,13 +229,13 @@ def test_checker_catches_todays_cycles_if_they_came_back():
           ("opencomposer.rl.trainer", "opencomposer.pretrain.train")], "part cycle: pretrain <-> rl"),
         ([("opencomposer.eval.report", "opencomposer.eval.run")], "module cycle"),
         ([("opencomposer.pipeline_report", "opencomposer.pipeline")], "module cycle"),
+        ([("opencomposer.config", "opencomposer.rl.config")], "upward import"),
+        ([("opencomposer.rl.orchestrator", "opencomposer.rl.ray_runner")], "module cycle"),
+        ([("opencomposer.pipeline", "opencomposer.cli")], "part cycle: cli <-> pipeline"),
     ]
     for edges, fault in came_back:
         graph = todays_graph()
         for a, b in edges:
             assert a in graph and b in graph, (a, b)
             graph[a].add(b)
-        assert any(line.startswith(fault) for line in faults(graph, PENDING)), edges
-    # And each pending edge, if the allow-list did not carry it.
-    for edge in PENDING:
-        assert faults(todays_graph(), PENDING - {edge}) != [], edge
+        assert any(line.startswith(fault) for line in faults(graph)), edges

@@ -47,7 +47,7 @@ class ThreadsSeen(Pipeline):
 
 @pytest.mark.slow
 def test_pipeline_runs_every_stage_and_writes_the_report(tmp_path):
-    cfg = load_config(None, [f"out_dir={tmp_path / 'demo'}", *MINI, "threads=1", "train_threads=2", "sft.decoy_rate=0.5"])
+    cfg = load_config(None, [f"run.out_dir={tmp_path / 'demo'}", *MINI, "run.num_threads=1", "run.train_threads=2", "sft.decoy_rate=0.5"])
     out = io.StringIO()
     p = ThreadsSeen(cfg, Console(file=out, width=120))
     index = p.run()
@@ -95,7 +95,7 @@ def test_pipeline_runs_every_stage_and_writes_the_report(tmp_path):
     from opencomposer.errors import ConfigError
 
     with pytest.raises(ConfigError, match="another config"):  # never a report mixing two configs
-        Pipeline(load_config(None, [f"out_dir={tmp_path / 'demo'}", *MINI, "sft.lr=0.01"])).run()
+        Pipeline(load_config(None, [f"run.out_dir={tmp_path / 'demo'}", *MINI, "sft.lr=0.01"])).run()
 
 
 def test_until_stops_after_the_named_stage_and_a_later_run_goes_on(tmp_path):
@@ -104,7 +104,7 @@ def test_until_stops_after_the_named_stage_and_a_later_run_goes_on(tmp_path):
     from opencomposer.cli import app
     from opencomposer.errors import ConfigError
 
-    cfg = load_config(None, [f"out_dir={tmp_path / 'demo'}", *MINI, "threads=1", "train_threads=1"])
+    cfg = load_config(None, [f"run.out_dir={tmp_path / 'demo'}", *MINI, "run.num_threads=1", "run.train_threads=1"])
     out = io.StringIO()
     p = Pipeline(cfg, Console(file=out, width=200))
     assert p.run(until="tasks") == tmp_path / "demo" / "tasks"
@@ -116,7 +116,7 @@ def test_until_stops_after_the_named_stage_and_a_later_run_goes_on(tmp_path):
     assert again.getvalue().count("skipped") == 2 and not p.record("sft")
     with pytest.raises(ConfigError, match="not a stage; the stages are tokenizer, pretrain"):
         p.run(until="train")
-    bad = CliRunner().invoke(app, ["demo", "--until", "sfft", "--set", f"out_dir={tmp_path / 'other'}"])
+    bad = CliRunner().invoke(app, ["demo", "--until", "sfft", "--set", f"run.out_dir={tmp_path / 'other'}"])
     assert bad.exit_code == 1 and "'sfft' is not a stage" in bad.output and not (tmp_path / "other").exists()
 
 
@@ -145,7 +145,7 @@ def test_gpu_and_cluster_sizings_validate_and_stop_before_any_stage_without_a_gp
     from opencomposer.pipeline import DEFAULT_MODEL, PipelineConfig
 
     cfg = load_config(CONFIGS / name)
-    assert cfg.device == "cuda" and cfg != PipelineConfig()
+    assert cfg.run.device == "cuda" and cfg != PipelineConfig()
     assert Pipeline(cfg).model_dict()["hidden_size"] > DEFAULT_MODEL["hidden_size"]
     assert cfg.rl.group_size * cfg.rl.groups_per_step > PipelineConfig().rl.group_size * PipelineConfig().rl.groups_per_step
     if cfg.rl.runner == "ray":
@@ -153,8 +153,8 @@ def test_gpu_and_cluster_sizings_validate_and_stop_before_any_stage_without_a_gp
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU: running the file is not a test")
     out = tmp_path / "run"
-    result = CliRunner().invoke(app, ["demo", "--config", str(CONFIGS / name), "--set", f"out_dir={out}"])
-    assert result.exit_code == 1 and "device: 'cuda'" in result.output
+    result = CliRunner().invoke(app, ["demo", "--config", str(CONFIGS / name), "--set", f"run.out_dir={out}"])
+    assert result.exit_code == 1 and "run.device: 'cuda'" in result.output
     assert not out.exists()
 
 
@@ -167,7 +167,7 @@ def test_the_rl_stage_runs_through_the_ray_runner(tmp_path):
     import ray
 
     assert not ray.is_initialized()
-    cfg = load_config(None, [f"out_dir={tmp_path / 'demo'}", *MINI, "rl.runner=ray", "rl.ray.num_cpus=2",
+    cfg = load_config(None, [f"run.out_dir={tmp_path / 'demo'}", *MINI, "rl.runner=ray", "rl.ray.num_cpus=2",
                              "rl.ray.rollout_actors=1", "rl.ray.trainer_world_size=1"])
     p = Pipeline(cfg, Console(file=io.StringIO(), width=120))
     p.run()

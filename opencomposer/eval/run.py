@@ -43,8 +43,9 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Callable
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field, model_validator
 
+from opencomposer.config import REQUIRED, RunConfig, Section, variant
 from opencomposer.device import DeviceName, resolve_device
 from opencomposer.errors import ConfigError
 from opencomposer.eval.report import summarize
@@ -55,10 +56,8 @@ from opencomposer.tasks.task import Suite, Task, diff_excludes
 
 
 
-class EvalOptions(BaseModel):
+class EvalOptions(Section):
     """Everything one evaluation run is made of (saved as run.json)."""
-
-    model_config = ConfigDict(extra="forbid")
 
     suite: str
     """Suite directory."""
@@ -85,7 +84,40 @@ class EvalOptions(BaseModel):
     device: DeviceName = "auto"
     """Where an engine: policy's model runs: auto (a GPU if torch sees one), cpu, cuda (opencomposer/device.py)."""
     agent: AgentConfig = AgentConfig()
-    """The agent loop's limits; max_wall_s is replaced by task_timeout_s."""
+    """The agent loop's limits and sampling (token-level specs); its wall-clock limit is task_timeout_s."""
+
+    @model_validator(mode="after")
+    def _no_wall_limit(self) -> "EvalOptions":
+        _check_agent(self.agent)
+        return self
+
+
+def _check_agent(agent: AgentConfig) -> None:
+    # run_episode replaces max_wall_s with task_timeout_s: another value would be silently ignored
+    if agent.max_wall_s != AgentConfig.model_fields["max_wall_s"].default:
+        raise ValueError("agent.max_wall_s: an evaluation sets it from task_timeout_s: set that instead")
+
+
+EvalRunConfig = variant(RunConfig, "EvalRunConfig", drop=("seed", "num_threads"), out_dir=REQUIRED, describe={
+    "out_dir": "Run directory (run.json, results, trajectories); rerun with the same one to resume.",
+    "device": "Where an engine: policy's model runs: auto (a GPU if torch sees one), cpu, cuda."})
+
+
+class EvalConfig(variant(EvalOptions, "EvalFields", drop=("device",))):
+    """`opencomposer eval --config FILE`: EvalOptions, with the run directory and device in the shared `run` section."""
+
+    run: EvalRunConfig
+    """Run directory and device."""
+
+    @model_validator(mode="after")
+    def _no_wall_limit(self) -> "EvalConfig":
+        _check_agent(self.agent)
+        return self
+
+    def options(self) -> EvalOptions:
+        """What `evaluate` takes (and saves as run.json)."""
+        fields = {k: getattr(self, k) for k in EvalOptions.model_fields if k != "device"}
+        return EvalOptions(device=self.run.device, **fields)
 
 
 # ----------------------------------------------------------------------------- policies

@@ -81,7 +81,7 @@ CUT_OFF_MESSAGE = ("Your last reply was cut off after {n} tokens, before it fini
 class AgentConfig(BaseModel):
     """Limits and settings of one episode."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
     max_turns: int = Field(100, ge=1)
     """Assistant turns (summaries included) before stop_reason "max_turns"."""

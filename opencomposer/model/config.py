@@ -43,27 +43,49 @@ class ModelConfig:
     """Sizes of the decoder; one field per HF `Qwen3MoeConfig` key, plus our two extras."""
 
     vocab_size: int
+    """Rows of the embedding and the output head (at least the tokenizer's vocabulary)."""
     hidden_size: int
-    intermediate_size: int          # dense-MLP width (layers listed in mlp_only_layers, MTP blocks)
-    moe_intermediate_size: int      # width of one routed expert
+    """D: width of the residual stream."""
+    intermediate_size: int
+    """Dense-MLP width (layers listed in mlp_only_layers, MTP blocks)."""
+    moe_intermediate_size: int
+    """Width of one routed expert."""
     num_hidden_layers: int
+    """Decoder layers."""
     num_attention_heads: int
-    num_key_value_heads: int        # < num_attention_heads: grouped-query attention
-    num_experts: int                # 0 = a dense model
-    num_experts_per_tok: int        # K of the top-k routing
-    head_dim: int | None = None     # None: hidden_size // num_attention_heads (as transformers)
-    norm_topk_prob: bool = False    # renormalise the top-k probabilities to sum to 1
-    decoder_sparse_step: int = 1    # layer i is MoE iff (i + 1) % step == 0 and i not in mlp_only_layers
+    """Query heads per layer."""
+    num_key_value_heads: int
+    """Key/value heads; fewer than num_attention_heads is grouped-query attention."""
+    num_experts: int
+    """Routed experts per MoE layer; 0 is a dense model."""
+    num_experts_per_tok: int
+    """K of the top-k routing."""
+    head_dim: int | None = None
+    """Width of one attention head; None: hidden_size // num_attention_heads (as transformers)."""
+    norm_topk_prob: bool = False
+    """Renormalise the top-k routing probabilities to sum to 1."""
+    decoder_sparse_step: int = 1
+    """Layer i is MoE iff (i + 1) % step == 0 and i is not in mlp_only_layers."""
     mlp_only_layers: list[int] = field(default_factory=list)
+    """Layers that use a dense MLP instead of experts."""
     rms_norm_eps: float = 1e-6
+    """ε of every RMSNorm."""
     rope_theta: float = 10000.0
-    rope_scaling: dict[str, Any] | None = None  # None, or a YaRN dict {"rope_type": "yarn", "factor": ...}
+    """RoPE base frequency."""
+    rope_scaling: dict[str, Any] | None = None
+    """None, or a YaRN dict {"rope_type": "yarn", "factor": ...} (context extension)."""
     max_position_embeddings: int = 32768
+    """Context length the RoPE frequencies are set for (YaRN's original length when rope_scaling is set)."""
     tie_word_embeddings: bool = False
+    """Share the embedding matrix with the output head."""
     attention_bias: bool = False
-    initializer_range: float = 0.02  # std of the normal init of a model built from scratch
-    shared_expert_intermediate_size: int = 0  # 0 = no shared expert (Qwen3-MoE); >0 = Qwen2-MoE style
-    num_mtp_modules: int = 0        # D, DeepSeek-V3 multi-token-prediction depths
+    """Biases on the q/k/v/o projections."""
+    initializer_range: float = 0.02
+    """Std of the normal init of a model built from scratch."""
+    shared_expert_intermediate_size: int = 0
+    """Width of a Qwen2-MoE-style shared expert beside the routed ones; 0: none (Qwen3-MoE)."""
+    num_mtp_modules: int = 0
+    """D: DeepSeek-V3 multi-token-prediction depths (0: none)."""
 
     def __post_init__(self) -> None:
         if self.head_dim is None:

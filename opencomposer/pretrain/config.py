@@ -1,11 +1,14 @@
 """The pretraining config: one YAML file describes a whole run (data, model, phases, MTP, optimiser).
 
-`load_config(path)` reads it; unknown keys and bad values stop the run before any work with a
-message that names the field (`phases.1.seq_len: ...`). As in opencomposer/config.py (the RL
-config), the files a config reads (`model`, `init_from`, `data.tokenizer`, directories in
-`data.sources`) are relative to the YAML file's directory, and what a run writes (`run_dir`,
-`data.cache_dir`) is relative to the working directory. The resolved config, with those paths
-made absolute, is written to `<run_dir>/config.yaml` and into every checkpoint.
+`load_config(path, overrides)` reads it with the one loader (opencomposer/config.py: `--set
+key.sub=value`, unknown keys and bad values stop the run before any work with a message that
+names the field, `phases.1.seq_len: ...`, and a key of an older config names its new one).
+The sections every command has are the shared ones: `run` (out_dir, seed, num_threads,
+device), `optim`, `checkpoint`, `log`. As in the RL config, the files a config reads (`model`,
+`init_from`, `data.tokenizer`, directories in `data.sources`) are relative to the YAML file's
+directory, and what a run writes (`run.out_dir`, `data.cache_dir`) is relative to the working
+directory. The resolved config, with those paths made absolute, is written to
+`<run.out_dir>/config.yaml` and into every checkpoint.
 
 A run is a list of phases trained one after the other with one optimiser (Composer 2 §3:
 most compute at one sequence length, then a shorter context-extension phase at a longer
@@ -20,17 +23,16 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, model_validator
 
-from opencomposer.device import DeviceName
+from opencomposer.config import (REQUIRED, CheckpointConfig, LogConfig, OptimConfig, RunConfig, Section,
+                                 check_renamed, format_errors, require_tensorboard, resolve_relative, variant)
+from opencomposer.config import dump_config as dump_config  # noqa: F401 (train.py's import)
+from opencomposer.config import load_config as _load
 from opencomposer.errors import ConfigError
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
-
-
-class DataConfig(_Strict):
+class DataConfig(Section):
     """Where the training text comes from and how documents are filtered."""
 
     sources: list[str] = ["stdlib"]
@@ -51,7 +53,7 @@ class DataConfig(_Strict):
     """Where tokenized corpora are kept as .npy files, keyed by content, tokenizer and filters."""
 
 
-class PhaseConfig(_Strict):
+class PhaseConfig(Section):
     """One stage of training: a sequence length, a batch and a learning-rate schedule."""
 
     name: str
@@ -86,7 +88,7 @@ class PhaseConfig(_Strict):
         return micro, per_rank // micro
 
 
-class MTPConfig(_Strict):
+class MTPConfig(Section):
     """How the multi-token-prediction modules are trained (they exist iff the model has num_mtp_modules > 0)."""
 
     mode: Literal["ce", "distill"] = "distill"
@@ -103,66 +105,64 @@ class MTPConfig(_Strict):
         return self.mode == "distill" if self.detach_trunk is None else self.detach_trunk
 
 
-class OptimConfig(_Strict):
-    """AdamW; decoupled weight decay on matrices only (not norms or biases)."""
+PretrainRunConfig = variant(RunConfig, "PretrainRunConfig", out_dir=REQUIRED,
+                            doc="Where the run writes (checkpoints, metrics.jsonl, tb/, model/) and how it is seeded.")
+PretrainOptimConfig = variant(OptimConfig, "PretrainOptimConfig", drop=("lr", "warmup_steps", "min_lr_ratio"),
+                              betas=(0.9, 0.95), weight_decay=0.1,
+                              doc="AdamW; decoupled weight decay on matrices only (the schedule is each phase's).")
+PretrainCheckpointConfig = variant(CheckpointConfig, "PretrainCheckpointConfig", every_steps=100, keep_last=2)
+PretrainLogConfig = variant(LogConfig, "PretrainLogConfig", drop=("progress",),
+                            doc="Metrics outputs: TensorBoard and a printed line every log.every_steps steps.")
 
-    betas: tuple[float, float] = (0.9, 0.95)
-    """Adam's beta1, beta2."""
-    eps: float = Field(1e-8, gt=0)
-    """Adam's epsilon."""
-    weight_decay: float = Field(0.1, ge=0)
-    """Decoupled weight decay on parameters with 2 or more dimensions."""
-    grad_clip: float | None = Field(1.0, gt=0)
-    """Clip the global gradient norm to this; null: no clipping."""
+RENAMED = {"run_dir": "run.out_dir", "seed": "run.seed", "threads": "run.num_threads", "device": "run.device",
+           "checkpoint_every": "checkpoint.every_steps", "keep_checkpoints": "checkpoint.keep_last",
+           "log_every": "log.every_steps", "tensorboard": "log.tensorboard"}
+"""Keys of older pretraining configs and their replacements (a config holding one stops, naming it)."""
 
 
-class PretrainConfig(_Strict):
+class PretrainConfig(Section):
     """A pretraining run."""
 
-    run_dir: str
-    """Checkpoints, metrics.jsonl, TensorBoard events and the final model go here."""
-    model: str | dict[str, Any]
-    """A ModelConfig YAML file (relative to this config file) or its keys inline; ignored when init_from is set."""
+    run: PretrainRunConfig
+    """Run directory (required), seed (initial weights, order of training sequences), threads
+    (null: torch's default divided by the local world size), device (under torchrun, rank r takes
+    cuda:LOCAL_RANK)."""
+    model: str | dict[str, Any] | None = None
+    """A ModelConfig YAML file (relative to this config file) or its keys inline: a model trained from scratch."""
     init_from: str | None = None
-    """An HF checkpoint directory to continue pretraining from (continued pretraining); null: from scratch."""
-    seed: int = 0
-    """Seeds the initial weights and the order of training sequences."""
+    """An HF checkpoint directory to continue pretraining from (its config.json is the model); give it or `model`."""
     data: DataConfig = DataConfig()
     """The corpus."""
     phases: list[PhaseConfig] = Field(min_length=1)
     """Trained in order; a later phase with yarn_factor extends the context."""
     mtp: MTPConfig = MTPConfig()
     """Multi-token-prediction training."""
-    optim: OptimConfig = OptimConfig()
-    """The optimiser."""
-    checkpoint_every: int = Field(100, gt=0)
-    """Save a resumable checkpoint every N steps (and always at the end)."""
-    keep_checkpoints: int = Field(2, gt=0)
-    """Older checkpoints beyond this many are deleted."""
+    optim: PretrainOptimConfig = PretrainOptimConfig()
+    """The optimiser (the learning-rate schedule is each phase's)."""
+    checkpoint: PretrainCheckpointConfig = PretrainCheckpointConfig()
+    """A resumable checkpoint every checkpoint.every_steps steps (and always at the end); keep_last kept."""
+    log: PretrainLogConfig = PretrainLogConfig()
+    """TensorBoard events under <out_dir>/tb, a printed line every log.every_steps steps."""
     eval_every: int = Field(100, gt=0)
     """Evaluate on the held-out split every N steps (and at the end of every phase)."""
     eval_sequences: int = Field(16, gt=0)
     """Held-out sequences per evaluation (at the current phase's seq_len)."""
-    log_every: int = Field(10, gt=0)
-    """Print a progress line every N steps (metrics.jsonl gets every step)."""
     parallel: Literal["ddp", "fsdp"] = "ddp"
     """Under torchrun (WORLD_SIZE > 1): DistributedDataParallel, or FSDP2 fully_shard per block."""
     dtype: Literal["float32", "bfloat16"] = "float32"
     """Compute dtype: bfloat16 autocasts matmuls (weights and optimizer stay float32)."""
-    device: DeviceName = "auto"
-    """auto: a GPU if torch sees one (under torchrun, rank r takes cuda:LOCAL_RANK), cpu, or cuda."""
     deterministic: bool = True
     """torch.use_deterministic_algorithms: a resumed run repeats the uninterrupted one exactly."""
-    threads: int | None = Field(None, gt=0)
-    """torch.set_num_threads per process; null: torch's default (divided by the local world size)."""
-    tensorboard: bool = True
-    """Also write TensorBoard events to <run_dir>/tb."""
 
     @model_validator(mode="after")
     def _check(self) -> "PretrainConfig":
         names = [p.name for p in self.phases]
         if len(set(names)) != len(names):
             raise ValueError(f"phase names must be unique, got {names}")
+        if (self.model is None) == (self.init_from is None):
+            raise ValueError("give exactly one of model (a ModelConfig, trained from scratch) or init_from "
+                             "(a checkpoint to continue from, whose config.json is the model)")
+        require_tensorboard(self.log.tensorboard)
         return self
 
     @property
@@ -179,6 +179,8 @@ class PretrainConfig(_Strict):
 
     def model_dict(self) -> dict[str, Any]:
         """The ModelConfig keys, read from the YAML file `model` names when it is a path."""
+        if self.model is None:
+            raise ConfigError("model: not set; with init_from the checkpoint's config.json is the model")
         if isinstance(self.model, dict):
             return self.model
         path = Path(self.model)
@@ -192,41 +194,23 @@ class PretrainConfig(_Strict):
 
 
 def parse_config(d: dict[str, Any], source: str = "config") -> PretrainConfig:
-    """Validate a dict; a ConfigError listing every bad field by its dotted path."""
+    """Validate a dict (keys of older configs refused by name); a ConfigError listing every bad field."""
+    check_renamed(d, RENAMED, source)
     try:
         return PretrainConfig.model_validate(d)
     except ValidationError as e:
-        lines = [f"  {'.'.join(str(x) for x in err['loc']) or '(top level)'}: {err['msg']}" for err in e.errors()]
-        raise ConfigError(f"{source}: invalid pretraining config:\n" + "\n".join(lines)) from None
+        raise ConfigError(format_errors(f"{source} (pretraining)", e)) from None
 
 
-def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> PretrainConfig:
-    """Read a YAML file; `overrides` (e.g. {"run_dir": ...}) replace top-level keys."""
-    path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"{path}: no such config file")
-    try:
-        d = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as e:
-        raise ConfigError(f"{path}: not valid YAML: {e}") from None
-    if not isinstance(d, dict):
-        raise ConfigError(f"{path}: expected a mapping of config keys at the top level")
-    cfg = parse_config({**d, **(overrides or {})}, str(path))
-    return _resolve_inputs(cfg, path.parent)
+def _resolve_paths(raw: dict, base: Path) -> None:
+    """The files a run reads, relative to the config file's directory (module docstring)."""
+    if isinstance(raw.get("model"), str):
+        resolve_relative(raw, base, ("model",))
+    resolve_relative(raw, base, ("init_from", "data.tokenizer"))
+    resolve_relative(raw, base, ("data.sources",), keep=lambda s: s in ("stdlib", "site-packages"))
 
 
-def _resolve_inputs(cfg: PretrainConfig, base: Path) -> PretrainConfig:
-    """Make the paths of files the run reads absolute, relative to the config file's directory."""
-
-    def rel(p: str | None) -> str | None:
-        return p if p is None or Path(p).expanduser().is_absolute() else str((base / p).resolve())
-
-    data = cfg.data.model_copy(update={
-        "tokenizer": rel(cfg.data.tokenizer),
-        "sources": [s if s in ("stdlib", "site-packages") else rel(s) for s in cfg.data.sources]})
-    return cfg.model_copy(update={"model": rel(cfg.model) if isinstance(cfg.model, str) else cfg.model,
-                                  "init_from": rel(cfg.init_from), "data": data})
-
-
-def dump_config(cfg: PretrainConfig) -> str:
-    return yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False)
+def load_config(path: str | Path | None, overrides: list[str] | tuple[str, ...] = (),
+                data: dict[str, Any] | None = None) -> PretrainConfig:
+    """Read a YAML file (or take `data`), apply `--set key.sub=value` overrides, validate."""
+    return _load(PretrainConfig, path, overrides, data, renamed=RENAMED, resolve_paths=_resolve_paths)

@@ -5,7 +5,7 @@ one minimal edit_file; with `data.decoy_rate` an imperfect demonstrator that wri
 wrong fix on that share of the tasks, `demo_family.demonstrator`) is run through the real agent
 loop in a sandbox fork of every task of a training suite (never the held-out suite), with the
 environment's agent config (tool set, system prompt, limits): tasks/demonstrations.py collects
-them into `<run_dir>/sft_data/trajectories.jsonl` (collection resumes: tasks already there are
+them into `<run.out_dir>/sft_data/trajectories.jsonl` (collection resumes: tasks already there are
 skipped). Trajectory JSONL files written by anyone else (`opencomposer eval`, RL) can be added
 with `data.trajectories`.
 
@@ -30,10 +30,10 @@ positions (most of a trajectory is prompt and tool output). Optimisation, checkp
 metrics are pretraining's: AdamW with decay on matrices (`train.make_optimizer`), warmup then
 cosine (`train.lr_at`), global-norm clipping, atomic checkpoints (`checkpoint.py`) holding the
 model in HF format with tokenizer.json plus the optimizer, the data cursor and RNG state,
-metrics.jsonl (training/metrics.py). The final model is published to `<run_dir>/model`, which
-`opencomposer eval --policy engine:<run_dir>/model` serves.
+metrics.jsonl (training/metrics.py). The final model is published to `<run.out_dir>/model`, which
+`opencomposer eval --policy engine:<run.out_dir>/model` serves.
 
-Device: `device` (auto: a GPU when torch sees one) holds the model and optimizer; batches are
+Device: `run.device` (auto: a GPU when torch sees one) holds the model and optimizer; batches are
 collated and packed on the host and moved per step. On the CPU nothing moves.
 
 Left out: packing several examples into one sequence (a trajectory's prompt is most of its
@@ -54,12 +54,14 @@ from typing import Any, Callable
 import numpy as np
 import torch
 import torch.nn.functional as F
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field, model_validator
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from opencomposer.device import DeviceName, resolve_device
+from opencomposer.config import (REQUIRED, CheckpointConfig, LogConfig, OptimConfig, RunConfig, Section, dump_config,
+                                 variant)
+from opencomposer.config import load_config as _load
+from opencomposer.device import resolve_device
 from opencomposer.errors import ConfigError
 from opencomposer.harness.trajectory import Trajectory, read_jsonl
 from opencomposer.model import Transformer, load_pretrained
@@ -67,7 +69,7 @@ from opencomposer.model.chat import encode_with_mask
 from opencomposer.model.mtp import mtp_loss
 from opencomposer.model.tokenizer import Tokenizer, load_tokenizer
 from opencomposer.pretrain import checkpoint as ckpt
-from opencomposer.pretrain.config import MTPConfig, OptimConfig, PhaseConfig
+from opencomposer.pretrain.config import MTPConfig, PhaseConfig, PretrainOptimConfig
 from opencomposer.pretrain.train import lr_at, make_optimizer
 from opencomposer.tasks.demonstrations import agent_config, collect_trajectories
 from opencomposer.training.metrics import MetricsWriter
@@ -77,11 +79,7 @@ _CACHE_VERSION = 1  # bump when rendering changes meaning
 TRAJECTORIES = "trajectories.jsonl"
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
-
-
-class GenerateConfig(_Strict):
+class GenerateConfig(Section):
     """Generate the training suite with the demo family when it does not exist yet."""
 
     n: int = Field(gt=0)
@@ -92,7 +90,7 @@ class GenerateConfig(_Strict):
     """Distractor functions per module (demo_family.MAX_DIFFICULTY at most)."""
 
 
-class SFTDataConfig(_Strict):
+class SFTDataConfig(Section):
     """Where SFT examples come from."""
 
     suite: str | None = None
@@ -121,73 +119,78 @@ class SFTDataConfig(_Strict):
     cache_dir: str = "~/.cache/opencomposer/sft"
     """Where rendered examples are cached (.npz keyed by content)."""
 
+    @model_validator(mode="after")
+    def _collection_needs_a_suite(self) -> "SFTDataConfig":
+        # these fields shape the demonstrator's collection, which only a suite starts
+        unused = [k for k in ("generate", "grade", "decoy_rate", "agent", "concurrency")
+                  if getattr(self, k) != type(self).model_fields[k].default]
+        if self.suite is None and unused:
+            raise ValueError(f"data.{', data.'.join(unused)}: used only when collecting on data.suite, which is not set")
+        return self
 
-class SFTConfig(_Strict):
+
+SFTRunConfig = variant(RunConfig, "SFTRunConfig", out_dir=REQUIRED,
+                       doc="Where the run writes (checkpoints, metrics.jsonl, sft_data/, model/) and how it is seeded.")
+SFTOptimConfig = variant(OptimConfig, "SFTOptimConfig", lr=1e-3, betas=PretrainOptimConfig.model_fields["betas"].default,
+                         weight_decay=0.0, warmup_steps=10, min_lr_ratio=0.1,
+                         doc="AdamW (pretraining's betas), linear warm-up, cosine decay to lr x min_lr_ratio.")
+SFTCheckpointConfig = variant(CheckpointConfig, "SFTCheckpointConfig", every_steps=50, keep_last=2)
+SFTLogConfig = variant(LogConfig, "SFTLogConfig", drop=("tensorboard", "progress"),
+                       doc="A printed line every log.every_steps steps (metrics.jsonl gets every step; the bar always shows).")
+
+RENAMED = {"run_dir": "run.out_dir", "seed": "run.seed", "threads": "run.num_threads", "device": "run.device",
+           "lr": "optim.lr", "warmup_steps": "optim.warmup_steps", "min_lr_ratio": "optim.min_lr_ratio",
+           "checkpoint_every": "checkpoint.every_steps", "keep_checkpoints": "checkpoint.keep_last",
+           "log_every": "log.every_steps"}
+"""Keys of older SFT configs and their replacements (a config holding one stops, naming it)."""
+
+
+class SFTConfig(Section):
     """One SFT run."""
 
-    run_dir: str
-    """Checkpoints, metrics.jsonl, sft_data/ and the final model go here."""
+    run: SFTRunConfig
+    """Run directory (required), seed (example order, validation split), threads, device (model and optimizer)."""
     init_from: str
     """The HF checkpoint directory to fine-tune (e.g. a pretraining run's model/)."""
     tokenizer: str | None = None
     """tokenizer.json or its directory; null: init_from's own, else the bundled one."""
-    seed: int = 0
-    """Seeds the example order and the validation split."""
     data: SFTDataConfig = SFTDataConfig()
     """The examples."""
     steps: int = Field(gt=0)
     """Optimizer steps."""
     batch_size: int = Field(8, gt=0)
     """Examples per step."""
-    lr: float = Field(1e-3, gt=0)
-    """Peak learning rate."""
-    warmup_steps: int = Field(10, ge=0)
-    """Linear warmup steps."""
-    min_lr_ratio: float = Field(0.1, ge=0, le=1)
-    """Cosine decay ends at lr * min_lr_ratio."""
+    optim: SFTOptimConfig = SFTOptimConfig()
+    """AdamW and the learning-rate schedule (min_lr_ratio null: constant after the warm-up)."""
     mtp: MTPConfig | None = MTPConfig(mode="distill", weight=0.3)
     """MTP loss on the same mask (null: main loss only; ignored for a model without MTP modules)."""
-    optim: OptimConfig = OptimConfig(weight_decay=0.0)
-    """AdamW settings."""
-    checkpoint_every: int = Field(50, gt=0)
-    """Save a resumable checkpoint every N steps (and at the end)."""
-    keep_checkpoints: int = Field(2, gt=0)
-    """Older checkpoints are deleted."""
+    checkpoint: SFTCheckpointConfig = SFTCheckpointConfig()
+    """A resumable checkpoint every checkpoint.every_steps steps (and at the end); keep_last kept."""
     eval_every: int = Field(25, gt=0)
     """Validation loss every N steps (and at the end)."""
-    log_every: int = Field(10, gt=0)
-    """Print a line every N steps (metrics.jsonl gets every step)."""
-    threads: int | None = Field(None, gt=0)
-    """torch.set_num_threads; null: torch's default."""
-    device: DeviceName = "auto"
-    """Where the model and optimizer live: auto (a GPU if torch sees one), cpu or cuda (opencomposer/device.py)."""
+    log: SFTLogConfig = SFTLogConfig()
+    """The printed progress lines."""
     deterministic: bool = True
     """torch.use_deterministic_algorithms: a resumed run repeats the uninterrupted one."""
 
     @property
     def phase(self) -> PhaseConfig:
         """The run as one pretraining phase, for `lr_at`."""
+        o = self.optim
         return PhaseConfig(name="sft", steps=self.steps, seq_len=self.data.max_len, batch_size=self.batch_size,
-                           lr=self.lr, warmup_steps=self.warmup_steps, min_lr_ratio=self.min_lr_ratio)
+                           lr=o.lr, warmup_steps=o.warmup_steps,
+                           min_lr_ratio=1.0 if o.min_lr_ratio is None else o.min_lr_ratio)
 
     @property
     def phases(self) -> list[PhaseConfig]:
         return [self.phase]  # what train.make_optimizer reads
 
 
-def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> SFTConfig:
-    """Read an SFT YAML file; `overrides` replace top-level keys. ConfigError names bad fields."""
-    path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"{path}: no such config file")
-    d = yaml.safe_load(path.read_text())
-    if not isinstance(d, dict):
-        raise ConfigError(f"{path}: expected a mapping of config keys at the top level")
-    try:
-        return SFTConfig.model_validate({**d, **(overrides or {})})
-    except ValidationError as e:
-        lines = [f"  {'.'.join(str(x) for x in err['loc']) or '(top level)'}: {err['msg']}" for err in e.errors()]
-        raise ConfigError(f"{path}: invalid SFT config:\n" + "\n".join(lines)) from None
+def load_config(path: str | Path | None, overrides: list[str] | tuple[str, ...] = (),
+                data: dict[str, Any] | None = None) -> SFTConfig:
+    """Read an SFT YAML file (or take `data`), apply `--set key.sub=value` overrides, validate.
+    ConfigError names bad fields, and the new name of a key from an older config."""
+    return _load(SFTConfig, path, overrides, data, renamed=RENAMED)
 
 
 # ----------------------------------------------------------------------------- rendering
@@ -342,14 +345,14 @@ def prepare_data(cfg: SFTConfig, tok: Tokenizer, console: Console, backend=None)
 
             generate_tasks(d.generate.n, d.generate.seed, suite, difficulty=d.generate.difficulty, suite_name="demo-train")
             console.print(f"generated {d.generate.n} demo tasks in {suite}")
-        out = Path(cfg.run_dir) / "sft_data" / TRAJECTORIES
+        out = Path(cfg.run.out_dir) / "sft_data" / TRAJECTORIES
         from opencomposer.tasks.demo_family import demonstrator, writes_decoy
         from opencomposer.tasks.task import Suite
 
         n_tasks = len(Suite.load(suite).tasks)
         collected = read_jsonl(out) if out.is_file() else []
         for traj in collected:  # a resumed collection must keep its teacher
-            if traj.meta.get("decoy", False) != writes_decoy(traj.task_id, d.decoy_rate, cfg.seed):
+            if traj.meta.get("decoy", False) != writes_decoy(traj.task_id, d.decoy_rate, cfg.run.seed):
                 raise ConfigError(f"{out} was collected with another data.decoy_rate or seed ({traj.task_id}); "
                                   f"delete {out.parent} to collect again")
         t0 = time.perf_counter()
@@ -357,7 +360,7 @@ def prepare_data(cfg: SFTConfig, tok: Tokenizer, console: Console, backend=None)
                       console=console, transient=True) as bar:
             job = bar.add_task("collect", total=n_tasks, completed=len(collected))
             trajs = asyncio.run(collect_trajectories(suite, out, agent_config(d.agent),
-                                                     make_policy=demonstrator(d.decoy_rate, cfg.seed),
+                                                     make_policy=demonstrator(d.decoy_rate, cfg.run.seed),
                                                      concurrency=d.concurrency,
                                                      grade=d.grade, backend=backend,
                                                      on_done=lambda t: bar.advance(job)))
@@ -379,23 +382,23 @@ def train_sft(cfg: SFTConfig, *, resume: bool = False, console: Console | None =
               on_step: Callable[[int, dict], None] | None = None) -> dict[str, Any]:
     """Run (or continue, with resume) the SFT run `cfg`; returns a summary with the model dir."""
     console = console or Console()
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
-    device = resolve_device(cfg.device)
+    if cfg.run.num_threads:
+        torch.set_num_threads(cfg.run.num_threads)
+    device = resolve_device(cfg.run.device, "run.device")
     if cfg.deterministic:
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # deterministic cuBLAS (pretraining does the same)
         torch.use_deterministic_algorithms(True, warn_only=True)
-    run_dir = Path(cfg.run_dir)
+    run_dir = Path(cfg.run.out_dir)
     found = ckpt.latest_checkpoint(run_dir)
     if found is not None and not resume:
         raise ConfigError(f"{run_dir} already holds SFT checkpoints (newest: {found.name}); pass --resume to "
-                          f"continue, or choose another run_dir")
+                          f"continue, or choose another run.out_dir")
     run_dir.mkdir(parents=True, exist_ok=True)
-    config_yaml = yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False)
+    config_yaml = dump_config(cfg)
     (run_dir / "config.yaml").write_text(config_yaml)
     tok = load_tokenizer(cfg.tokenizer, checkpoint=cfg.init_from)
     data = prepare_data(cfg, tok, console, backend)
-    order = np.random.default_rng(cfg.seed).permutation(len(data))
+    order = np.random.default_rng(cfg.run.seed).permutation(len(data))
     n_val = min(cfg.data.val_examples, len(data) // 5)
     val = [data[int(i)] for i in order[:n_val]]
     train_idx = order[n_val:]
@@ -419,7 +422,7 @@ def train_sft(cfg: SFTConfig, *, resume: bool = False, console: Console | None =
         optimizer.load_state_dict(state["optimizer"])
     step, epoch, index = int(state.get("step", 0)), int(state.get("epoch", 0)), int(state.get("index", 0))
     metrics = MetricsWriter(run_dir, tensorboard=False, resume_step=step if found is not None else None)
-    perm = np.random.default_rng([cfg.seed, epoch]).permutation(train_idx)
+    perm = np.random.default_rng([cfg.run.seed, epoch]).permutation(train_idx)
     last_val = evaluate(model, val, pad, cfg.batch_size) if val and step == 0 else None
     if last_val is not None:
         metrics.write(0, {"val_loss": last_val})
@@ -438,7 +441,7 @@ def train_sft(cfg: SFTConfig, *, resume: bool = False, console: Console | None =
                 while len(batch) < cfg.batch_size:
                     if index >= len(perm):
                         epoch, index = epoch + 1, 0
-                        perm = np.random.default_rng([cfg.seed, epoch]).permutation(train_idx)
+                        perm = np.random.default_rng([cfg.run.seed, epoch]).permutation(train_idx)
                     batch.append(data[int(perm[index])])
                     index += 1
                 lr = lr_at(cfg.phase, step)
@@ -460,16 +463,16 @@ def train_sft(cfg: SFTConfig, *, resume: bool = False, console: Console | None =
                 metrics.write(step, record)
                 bar.update(job, advance=1, info=f"loss {stats['loss_main']:.3f}"
                            + (f" val {last_val:.3f}" if last_val is not None else ""))
-                if step % cfg.log_every == 0 or step == cfg.steps:
+                if step % cfg.log.every_steps == 0 or step == cfg.steps:
                     bar.console.print(f"step {step}/{cfg.steps} loss {stats['loss_main']:.4f}"
                                       + (f" mtp {stats['loss_mtp']:.3f}" if "loss_mtp" in stats else "")
                                       + (f" val {record['val_loss']:.4f}" if "val_loss" in record else "")
                                       + f" lr {lr:.2e} epoch {epoch}")
-                if step % cfg.checkpoint_every == 0 or step == cfg.steps:
+                if step % cfg.checkpoint.every_steps == 0 or step == cfg.steps:
                     trainer_state = {"step": step, "epoch": epoch, "index": index, "optimizer": optimizer.state_dict(),
                                      "rng": torch.get_rng_state(), "examples": len(data)}
                     ckpt.save_checkpoint(run_dir, step, model, None, trainer_state, config_yaml, tok,
-                                         cfg.keep_checkpoints)
+                                         cfg.checkpoint.keep_last)
                     saved = step
                 if on_step is not None:
                     on_step(step, record)

@@ -211,7 +211,7 @@ def evaluate(runner: nn.Module, tokens: np.ndarray, seq_len: int, n: int, micro:
 def _fresh_model(cfg: PretrainConfig) -> Transformer:
     if cfg.init_from:
         return load_pretrained(cfg.init_from, dtype=torch.float32)
-    torch.manual_seed(cfg.seed)
+    torch.manual_seed(cfg.run.seed)
     return Transformer(ModelConfig.from_dict(cfg.model_dict()))
 
 
@@ -223,18 +223,18 @@ def train(cfg: PretrainConfig, *, resume: bool = False,
     on_step(step, record) is called on every rank after each optimizer step has been logged,
     evaluated and checkpointed (step counts from 1).
     """
-    d = init_distributed(cfg.device)
+    d = init_distributed(cfg.run.device)
     console = console or Console()
     local_world = int(os.environ.get("LOCAL_WORLD_SIZE", str(d.world)))
-    torch.set_num_threads(cfg.threads or max(1, torch.get_num_threads() // local_world))
+    torch.set_num_threads(cfg.run.num_threads or max(1, torch.get_num_threads() // local_world))
     if cfg.deterministic:
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
         torch.use_deterministic_algorithms(True, warn_only=True)
-    run_dir = Path(cfg.run_dir)
+    run_dir = Path(cfg.run.out_dir)
     found = ckpt.latest_checkpoint(run_dir)
     if found is not None and not resume:
         raise ConfigError(f"{run_dir} already holds checkpoints (newest: {found.name}); pass --resume to "
-                          f"continue that run, or choose another run_dir")
+                          f"continue that run, or choose another run.out_dir")
     if d.main:
         run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / "config.yaml").write_text(dump_config(cfg))
@@ -271,7 +271,7 @@ def train(cfg: PretrainConfig, *, resume: bool = False,
 
     step, tokens_seen = int(state.get("step", 0)), int(state.get("tokens", 0))
     # rank 0 writes the metrics; the record of a step is the same on every rank
-    metrics = MetricsWriter(run_dir, tensorboard=cfg.tensorboard, resume_step=step if found is not None else None) \
+    metrics = MetricsWriter(run_dir, tensorboard=cfg.log.tensorboard, resume_step=step if found is not None else None) \
         if d.main else None
     if d.main:
         n_params = sum(p.numel() for p in model.parameters())
@@ -289,7 +289,7 @@ def train(cfg: PretrainConfig, *, resume: bool = False,
                 micro, accum = phase.accumulation(d.world)
                 set_context(model, extended_config(base, phase.yarn_factor))
                 batches = Batches(PackedSequences(corpus.train, phase.seq_len), phase.batch_size, micro,
-                                  cfg.seed, rank=d.rank, world_size=d.world, stream=p)
+                                  cfg.run.seed, rank=d.rank, world_size=d.world, stream=p)
                 if state.get("phase") == p:  # resuming inside this phase: continue its data order
                     batches.load_state_dict(state["batches"])
                 phase_idx = p
@@ -323,7 +323,7 @@ def train(cfg: PretrainConfig, *, resume: bool = False,
             t_last, tok_last = now, tokens_seen
             if metrics is not None:
                 metrics.write(step, record)
-            if d.main and (step % cfg.log_every == 0 or step == cfg.total_steps):
+            if d.main and (step % cfg.log.every_steps == 0 or step == cfg.total_steps):
                 mtp_part = f" mtp {values['loss_mtp']:.3f} agree {values['mtp_agree']:.2f}" if use_mtp else ""
                 console.print(f"step {step}/{cfg.total_steps} ({phase.name}) loss {values['loss_main']:.4f}"
                               f"{mtp_part} lr {lr:.2e} {record['tokens_per_s']:,.0f} tok/s")
@@ -334,7 +334,7 @@ def train(cfg: PretrainConfig, *, resume: bool = False,
                 if d.main:
                     console.print(f"  eval @ {step}: loss {last_eval['eval_loss_main']:.4f}"
                                   + (f" mtp {last_eval['eval_loss_mtp']:.3f}" if use_mtp else ""))
-            if step % cfg.checkpoint_every == 0 or step == cfg.total_steps:
+            if step % cfg.checkpoint.every_steps == 0 or step == cfg.total_steps:
                 gathered, opt_state = ckpt.full_state(runner, optimizer, sharded)
                 if d.main:
                     trainer_state = {
@@ -343,7 +343,7 @@ def train(cfg: PretrainConfig, *, resume: bool = False,
                         "cuda_rng": torch.cuda.get_rng_state() if d.device.type == "cuda" else None,
                         "base_model_config": base.to_dict(), "world_size": d.world}
                     ckpt.save_checkpoint(run_dir, step, model, gathered, trainer_state, dump_config(cfg), tok,
-                                         cfg.keep_checkpoints)
+                                         cfg.checkpoint.keep_last)
                 saved_step = step
                 d.barrier()
             if on_step is not None:

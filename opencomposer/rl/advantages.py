@@ -29,13 +29,13 @@ from __future__ import annotations
 from typing import Literal
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from opencomposer.config import Section
 
 
-class AdvantageConfig(BaseModel):
+class AdvantageConfig(Section):
     """How rewards become advantages."""
-
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
     estimator: Literal["dr_grpo", "grpo"] = "dr_grpo"
     """"dr_grpo": r − group mean (Composer 2); "grpo": (r − mean)/(sample std + eps)."""

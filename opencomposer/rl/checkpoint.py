@@ -150,7 +150,8 @@ def open_run(cfg, run_dir: Path, resume: bool, resumable: tuple[str, ...]) -> tu
     never overwritten); resuming with a config that differs from the checkpoint's, outside the
     `resumable` key prefixes, is refused too. The resolved config is saved as config.yaml.
     """
-    from opencomposer.config import RLConfig, config_diff, save_config
+    from opencomposer.config import config_diff, save_config
+    from opencomposer.rl.config import RLConfig
     from opencomposer.errors import ConfigError
 
     ckpt = Checkpointer(run_dir / "checkpoints", cfg.checkpoint.keep_last)

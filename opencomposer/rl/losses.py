@@ -44,7 +44,9 @@ from __future__ import annotations
 from typing import Literal
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
+
+from opencomposer.config import Section
 
 KLEstimator = Literal["k1", "k2", "k3"]
 Aggregation = Literal["token_mean", "constant", "seq_mean_token_mean"]
@@ -119,10 +121,8 @@ def kl_in_loss(logp_BT: torch.Tensor, ref_logp_BT: torch.Tensor, mask_BT: torch.
     return aggregate(_kl_from_log_r(log_r, estimator), m, aggregation, norm_tokens)
 
 
-class PolicyLossConfig(BaseModel):
+class PolicyLossConfig(Section):
     """The clipped, off-policy-corrected token loss; defaults documented in docs/rl-algorithm.md."""
-
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
     clip_eps_low: float = Field(0.2, ge=0, lt=1)
     """ε_low: ρ is clipped below at 1 − ε_low (PPO's 0.2)."""

@@ -56,74 +56,17 @@ import asyncio
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Callable, Literal, Protocol, Sequence
+from typing import Callable, Protocol, Sequence
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
 
 from opencomposer.harness.agent import AgentConfig
 from opencomposer.rl.buffer import DataCursor, Group
+from opencomposer.rl.config import AgenticConfig
 from opencomposer.rl.rewards import RewardConfig
-from opencomposer.rl.rollout import PolicyFactory, RolloutConfig, RolloutGroup, run_group, to_group
+from opencomposer.rl.rollout import PolicyFactory, RolloutGroup, run_group, to_group
+from opencomposer.rl.run import INFERENCE, Run, build_trainer
 from opencomposer.tasks.task import Task
-
-
-class RayRunnerConfig(BaseModel):
-    """Where the pieces run when `runner: ray` (ray_runner.py)."""
-
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
-
-    address: str | None = None
-    """Ray cluster address (None: start a local instance with `num_cpus`)."""
-    num_cpus: int | None = Field(None, ge=1)
-    """CPUs of the local instance Ray starts when address is None (None: all)."""
-    rollout_actors: int = Field(2, ge=1)
-    """Rollout worker actors (each runs groups with its own sandbox pool, on any node)."""
-    trainer_world_size: int = Field(1, ge=1)
-    """Trainer processes (torch.distributed, FSDP2 via fully_shard; gloo on CPU, nccl on GPU)."""
-    trainer_gpus: float = Field(0.0, ge=0)
-    """GPUs per trainer rank (0 on CPU)."""
-    inference_gpus: float = Field(0.0, ge=0)
-    """GPUs of the inference actor (0 on CPU)."""
-
-
-class AgenticConfig(BaseModel):
-    """`mode: agentic`: tasks in sandboxes, asynchronous rollouts and training."""
-
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
-
-    suite: str
-    """Suite directory (tasks/suites/...); relative paths are relative to the YAML file."""
-    tasks: list[str] = ["*"]
-    """Globs of task ids to train on (single epoch: each at most once)."""
-    shuffle: bool = True
-    """Visit tasks in a seeded order (run.seed)."""
-    runner: Literal["local", "ray"] = "local"
-    """local: one process, asyncio; ray: rollout workers, the engine and the trainer as Ray actors."""
-    rollout: RolloutConfig = RolloutConfig()
-    """Group size, retries, agent limits (its sampling fields are replaced by the `sampling` section)."""
-    groups_per_step: int = Field(2, ge=1)
-    """B: tasks (groups of G rollouts) per trainer step."""
-    rollout_workers: int = Field(4, ge=1)
-    """Groups generated at once (each runs its G rollouts concurrently)."""
-    max_staleness: int = Field(1, ge=0)
-    """s: a group is trained at most s policy versions after its oldest token was sampled (0: synchronous)."""
-    staleness_policy: Literal["wait", "drop"] = "wait"
-    """wait: hold new rollouts back so the bound holds (AReaL); drop: roll freely, drop stale groups."""
-    dynamic_sampling: bool = False
-    """DAPO's dynamic sampling (Yu et al. 2503.14476): a group whose rollouts all got the same reward
-    has advantage 0 under group-relative estimators, so it does not count toward groups_per_step
-    (nor toward the staleness bound's in-flight groups). It still rides along in the next step's
-    batch (its task used once, its trajectories saved; the trainer skips it), so every step trains
-    groups_per_step informative groups."""
-    max_task_retries: int = Field(2, ge=0)
-    """Times a task whose group failed or went stale is rolled out again before it is given up."""
-    backend: str = "bwrap"
-    """Sandbox backend (opencomposer.sandbox.get_backend)."""
-    save_trajectories: bool = True
-    """Append every trained rollout to <out_dir>/trajectories.jsonl (routed experts left out)."""
-    ray: RayRunnerConfig = RayRunnerConfig()
-    """Used when runner is "ray"."""
 
 
 class TrainerLike(Protocol):
@@ -438,11 +381,8 @@ def run_agentic(cfg, *, resume: bool = False, make_policy: PolicyFactory | None 
     tasks and runs the Orchestrator. make_policy overrides the engine-backed policy (tests);
     on_step(step, metrics) runs after each step's metrics are written, before its checkpoint.
     """
-    # Imported here: opencomposer.config imports this module for AgenticConfig, and rl/run.py
-    # (through the trainer) imports opencomposer.config.
     from opencomposer.harness.agent import TokenClientPolicy
     from opencomposer.model.tokenizer import load_tokenizer
-    from opencomposer.rl.run import INFERENCE, Run, build_trainer
     from opencomposer.sandbox import get_backend
 
     a = cfg.agentic

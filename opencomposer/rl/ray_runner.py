@@ -58,7 +58,7 @@ from opencomposer.rl.run import Run, build_engine, load_models
 
 
 def _cfg(cfg_json: dict):
-    from opencomposer.config import RLConfig
+    from opencomposer.rl.config import RLConfig
 
     return RLConfig.model_validate(cfg_json)
 

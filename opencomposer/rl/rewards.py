@@ -31,7 +31,9 @@ from typing import Literal, Sequence, TypeVar
 
 import numpy as np
 import torch
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from opencomposer.config import Section
 
 Num = TypeVar("Num", float, np.ndarray, torch.Tensor)
 
@@ -75,11 +77,7 @@ def length_penalty(x: Num, k: float, q: float) -> Num:
     return expm1(a * log_1_kx) / (k * a)
 
 
-class _Config(BaseModel):
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
-
-
-class EffortWeights(_Config):
+class EffortWeights(Section):
     """Weights of the effort x = Σ weight·count, in units of "decoded-token equivalents".
 
     All defaults are OURS (the report names the components, not their weights).
@@ -101,7 +99,7 @@ class EffortWeights(_Config):
     says the penalty taught. OURS."""
 
 
-class RewardConfig(_Config):
+class RewardConfig(Section):
     """Coefficients of r = w_c·correctness − auxiliary − λ·C(x; k, q) − β·KL. Defaults are OURS."""
 
     correctness: Literal["resolved", "tests_passed"] = "resolved"

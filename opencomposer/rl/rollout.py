@@ -45,8 +45,9 @@ from pathlib import Path
 from typing import Callable
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
+from opencomposer.config import Section
 from opencomposer.harness.agent import Agent, AgentConfig, derive_seed
 from opencomposer.harness.trajectory import Trajectory
 from opencomposer.rl.buffer import Group, Sample
@@ -57,10 +58,8 @@ PolicyFactory = Callable[[Task], object]
 """Makes the policy of one rollout attempt (a shared engine client, or a fresh scripted policy)."""
 
 
-class RolloutConfig(BaseModel):
+class RolloutConfig(Section):
     """How one task becomes a group of graded rollouts."""
-
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
     group_size: int = Field(4, ge=1)
     """G: rollouts per task, each in its own fork of the task's snapshot."""

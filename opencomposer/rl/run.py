@@ -28,7 +28,7 @@ from typing import Any, Callable
 
 import torch
 
-from opencomposer.config import RLConfig
+from opencomposer.rl.config import RLConfig
 from opencomposer.device import resolve_device
 from opencomposer.errors import ConfigError
 from opencomposer.model import Transformer

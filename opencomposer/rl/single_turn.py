@@ -34,7 +34,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from opencomposer.config import RLConfig, RewardFunctionConfig
+from opencomposer.rl.config import RLConfig, RewardFunctionConfig
 from opencomposer.engine.types import GenerationRequest, GenerationResult, SamplingParams, behaviour_logprobs_mode
 from opencomposer.errors import ConfigError, InferenceError
 from opencomposer.model.tokenizer import Tokenizer, load_tokenizer

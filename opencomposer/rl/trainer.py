@@ -50,7 +50,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from opencomposer.config import ModelSourceConfig, RLConfig, TrainConfig
+from opencomposer.rl.config import ModelSourceConfig, RLConfig, TrainConfig
 from opencomposer.errors import ConfigError
 from opencomposer.model import ModelConfig, Transformer, load_pretrained
 from opencomposer.rl.advantages import AdvantageConfig, compute_advantages, degenerate_groups

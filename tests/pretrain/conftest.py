@@ -25,16 +25,15 @@ def make_config(tmp_path, corpus_cache):
 
     def make(**over) -> dict:
         cfg = {
-            "run_dir": str(tmp_path / "run"),
+            "run": {"out_dir": str(tmp_path / "run"), "seed": 0, "num_threads": 1},
             "model": copy.deepcopy(TINY_MODEL),
-            "seed": 0,
             "data": {"sources": ["stdlib"], "max_total_bytes": 1_500_000, "val_fraction": 0.1,
                      "cache_dir": str(corpus_cache)},
             "phases": [{"name": "main", "steps": 8, "seq_len": 64, "batch_size": 8, "micro_batch_size": 4,
                         "lr": 3e-3, "warmup_steps": 2}],
             "mtp": {"mode": "distill", "weight": 0.3, "start_step": 0},
-            "checkpoint_every": 4, "eval_every": 4, "eval_sequences": 4, "log_every": 100,
-            "tensorboard": False, "threads": 1,
+            "checkpoint": {"every_steps": 4}, "eval_every": 4, "eval_sequences": 4,
+            "log": {"every_steps": 100, "tensorboard": False},
         }
         cfg.update(over)
         return cfg

@@ -34,7 +34,7 @@ def test_yarn_extension_keeps_short_loss_and_handles_long_sequences(make_config)
         phases=[{"name": "main", "steps": 20, "seq_len": SHORT, "batch_size": 8, "lr": 3e-3, "warmup_steps": 3},
                 {"name": "extend", "steps": 4, "seq_len": LONG, "batch_size": 2, "lr": 1e-3, "warmup_steps": 1,
                  "yarn_factor": LONG / SHORT}],
-        checkpoint_every=20, keep_checkpoints=3, eval_every=100)
+        checkpoint={"every_steps": 20, "keep_last": 3}, eval_every=100)
     base["model"]["max_position_embeddings"] = SHORT
     cfg = parse_config(base)
     train(cfg)
@@ -45,8 +45,8 @@ def test_yarn_extension_keeps_short_loss_and_handles_long_sequences(make_config)
         return (evaluate(runner, corpus.val, SHORT, 32, 8, use_mtp=False)["eval_loss_main"],
                 evaluate(runner, corpus.val, LONG, 8, 8, use_mtp=False)["eval_loss_main"])
 
-    before = load_pretrained(f"{cfg.run_dir}/checkpoints/step_0000020/model")
-    after = load_pretrained(f"{cfg.run_dir}/model")
+    before = load_pretrained(f"{cfg.run.out_dir}/checkpoints/step_0000020/model")
+    after = load_pretrained(f"{cfg.run.out_dir}/model")
     assert before.config.rope_scaling is None
     assert after.config.rope_scaling == {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": SHORT}
     assert after.config.max_position_embeddings == LONG

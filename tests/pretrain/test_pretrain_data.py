@@ -123,9 +123,10 @@ def test_input_paths_are_relative_to_the_config_file(make_config, tmp_path):
     from opencomposer.pretrain.config import load_config
 
     (tmp_path / "cfgs").mkdir()
-    cfg = make_config(model="model.yaml", run_dir="runs/x")
+    cfg = make_config(model="model.yaml")
+    cfg["run"]["out_dir"] = "runs/x"
     cfg["data"]["sources"] = ["stdlib", "../src"]
     loaded = load_config(write_config(cfg, tmp_path / "cfgs" / "p.yaml"))
     assert loaded.model == str(tmp_path / "cfgs" / "model.yaml")
     assert loaded.data.sources == ["stdlib", str(tmp_path / "src")]
-    assert loaded.run_dir == "runs/x"  # outputs stay relative to the working directory
+    assert loaded.run.out_dir == "runs/x"  # outputs stay relative to the working directory

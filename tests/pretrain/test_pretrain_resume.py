@@ -45,12 +45,12 @@ def test_killed_and_resumed_run_repeats_the_uninterrupted_curve(make_config, tmp
     phases = [{"name": "main", "steps": 8, "seq_len": 64, "batch_size": 8, "micro_batch_size": 4,
                "lr": 3e-3, "warmup_steps": 2},
               {"name": "extend", "steps": 4, "seq_len": 256, "batch_size": 2, "lr": 1e-3, "yarn_factor": 4}]
-    base = make_config(phases=phases, checkpoint_every=3, eval_every=3, mtp={"mode": "distill", "start_step": 2})
+    base = make_config(phases=phases, checkpoint={"every_steps": 3}, eval_every=3, mtp={"mode": "distill", "start_step": 2})
     train(parse_config(base))
-    reference = _curve(base["run_dir"])
+    reference = _curve(base["run"]["out_dir"])
     assert len([r for r in reference if "loss_main" in r]) == 12
 
-    cfg = dict(base, run_dir=str(tmp_path / "killed"))
+    cfg = dict(base, run=dict(base["run"], out_dir=str(tmp_path / "killed")))
     path = write_config(cfg, tmp_path / "killed.yaml")
     script = tmp_path / "child.py"
     script.write_text(CHILD)
@@ -61,4 +61,4 @@ def test_killed_and_resumed_run_repeats_the_uninterrupted_curve(make_config, tmp
             assert proc.returncode == -9, proc.stderr[-2000:]
         else:
             assert proc.returncode == 0, proc.stderr[-2000:]
-    assert _curve(cfg["run_dir"]) == reference
+    assert _curve(cfg["run"]["out_dir"]) == reference

@@ -56,9 +56,11 @@ def base_model(tmp_path_factory) -> Path:
     return path
 
 
-def config(tmp_path: Path, base: Path, trajectories: Path, **over) -> Path:
-    cfg = {"run_dir": str(tmp_path / "run"), "init_from": str(base), "seed": 0, "steps": 8, "batch_size": 2,
-           "lr": 3e-3, "warmup_steps": 2, "checkpoint_every": 4, "eval_every": 4, "log_every": 100, "threads": 1,
+def config(tmp_path: Path, base: Path, trajectories: Path, lr: float = 3e-3, checkpoint_every: int = 4,
+           **over) -> Path:
+    cfg = {"run": {"out_dir": str(tmp_path / "run"), "seed": 0, "num_threads": 1}, "init_from": str(base),
+           "steps": 8, "batch_size": 2, "optim": {"lr": lr, "warmup_steps": 2},
+           "checkpoint": {"every_steps": checkpoint_every}, "eval_every": 4, "log": {"every_steps": 100},
            "data": {"trajectories": [str(trajectories)], "val_examples": 0, "cache_dir": str(tmp_path / "cache")}}
     cfg.update(over)
     path = tmp_path / "sft.yaml"

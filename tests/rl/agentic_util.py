@@ -10,7 +10,7 @@ from opencomposer.engine.client import InProcessClient
 from opencomposer.engine.fake import FakeEngine
 from opencomposer.harness.agent import AgentConfig, TokenClientPolicy
 from opencomposer.model.tokenizer import bundled_tokenizer
-from opencomposer.rl.orchestrator import AgenticConfig
+from opencomposer.rl.config import AgenticConfig
 from opencomposer.rl.rollout import RolloutConfig
 from opencomposer.tasks.task import Suite
 
@@ -73,7 +73,7 @@ def write_rl_config(tmp_path, **sections) -> Path:
            "model": {"config": "micro.yaml"}, "engine": {"max_slots": 8, "max_len": 1536},
            "sampling": {"max_new_tokens": 16}, "train": {"max_steps": 2, "micro_batch_size": 4,
                                                          "optim": {"lr": 1e-3}},
-           "checkpoint": {"every_steps": 1}, "log": {"progress": False, "tensorboard": True},
+           "checkpoint": {"every_steps": 1}, "log": {"tensorboard": True},
            "agentic": {"suite": str(SMOKE), "tasks": ["*"], "groups_per_step": 2, "rollout_workers": 2,
                        "rollout": {"group_size": 2, "task_timeout_s": 60,
                                    "agent": {"max_turns": 2, "tools": FEW_TOOLS, "summarize_at": None}}}}

@@ -18,7 +18,7 @@ import pytest
 import torch
 import yaml
 
-from opencomposer.config import TrainConfig
+from opencomposer.rl.config import TrainConfig
 from opencomposer.errors import CheckpointError
 from opencomposer.rl.buffer import DataCursor, GroupBuffer
 from opencomposer.rl.checkpoint import Checkpointer, set_rng_state

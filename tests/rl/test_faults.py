@@ -13,7 +13,7 @@ import time
 import pytest
 import torch
 
-from opencomposer.config import TrainConfig
+from opencomposer.rl.config import TrainConfig
 from opencomposer.harness.trajectory import read_jsonl
 from opencomposer.model import ModelConfig, Transformer
 from opencomposer.rl.orchestrator import Orchestrator

@@ -7,9 +7,9 @@ import json
 import pytest
 import ray
 
-from opencomposer.config import load_rl_config
+from opencomposer.rl.config import load_rl_config
 from opencomposer.harness.trajectory import read_jsonl
-from opencomposer.rl.cli import run_rl
+from opencomposer.rl.launch import run_rl
 
 from agentic_util import write_rl_config
 

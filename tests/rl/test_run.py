@@ -11,8 +11,8 @@ import numpy as np
 
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from opencomposer.config import load_rl_config
-from opencomposer.rl.cli import RUNNERS, runner_for
+from opencomposer.rl.config import load_rl_config
+from opencomposer.rl.launch import RUNNERS, runner_for
 from opencomposer.rl.single_turn import run_single_turn
 
 from agentic_util import write_rl_config

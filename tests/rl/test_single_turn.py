@@ -12,7 +12,7 @@ import yaml
 from typer.testing import CliRunner
 
 from opencomposer.cli import app
-from opencomposer.config import RewardFunctionConfig, load_rl_config
+from opencomposer.rl.config import RewardFunctionConfig, load_rl_config
 from opencomposer.engine.engine import Engine
 from opencomposer.engine.types import GenerationRequest, SamplingParams
 from opencomposer.errors import ConfigError

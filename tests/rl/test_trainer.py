@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from opencomposer.config import TrainConfig
+from opencomposer.rl.config import TrainConfig
 from opencomposer.engine.engine import Engine
 from opencomposer.engine.types import GenerationRequest, SamplingParams
 from opencomposer.rl.buffer import Group, Sample

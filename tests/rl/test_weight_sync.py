@@ -10,7 +10,7 @@ import pytest
 import torch
 from fastapi.testclient import TestClient
 
-from opencomposer.config import TrainConfig
+from opencomposer.rl.config import TrainConfig
 from opencomposer.engine.engine import Engine
 from opencomposer.engine.server import create_app
 from opencomposer.engine.types import GenerationRequest, SamplingParams

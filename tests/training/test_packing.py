@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from opencomposer.config import TrainConfig
+from opencomposer.rl.config import TrainConfig
 from opencomposer.rl.buffer import Group, Sample
 from opencomposer.training.packing import common_prefix, forward_packed, pack
 from opencomposer.rl.rewards import RewardConfig

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from opencomposer.config import RLConfig, config_diff, dump_config, load_rl_config
+from opencomposer.config import config_diff, dump_config
+from opencomposer.rl.config import RLConfig, load_rl_config
 from opencomposer.errors import ConfigError
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs" / "rl"
