@@ -47,7 +47,7 @@ import json
 import random
 import time
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Callable, Literal
 
 import yaml
 from pydantic import Field, model_validator
@@ -245,8 +245,6 @@ def demo_agent(temperature: float = 1.0):
 class Pipeline:
     """Runs the stages in order into cfg.out_dir; `paths` names every artifact."""
 
-    STAGES = ["tokenizer", "pretrain", "tasks", "sft", "eval_sft", "rl", "eval_rl", "report"]
-
     def __init__(self, cfg: PipelineConfig, console: Console | None = None):
         self.cfg, self.console = cfg, console or Console()
         self.out = Path(cfg.run.out_dir).resolve()
@@ -292,11 +290,12 @@ class Pipeline:
                                    f"({done['wall_s']:.0f} s), skipped[/]")
                 continue
             self.console.rule(f"[bold]stage {i}/{len(self.STAGES)}: {name}")
-            threads = self.cfg.run.train_threads if name in ("pretrain", "sft") else self.cfg.run.num_threads
+            stage, trains = self.STAGE_TABLE[name]
+            threads = self.cfg.run.train_threads if trains else self.cfg.run.num_threads
             if threads:
                 torch.set_num_threads(threads)
             t0 = time.perf_counter()
-            figures = getattr(self, f"_{name}")()
+            figures = stage(self)
             if torch.cuda.is_available():  # later stages may run in other processes (Ray actors) on this GPU
                 torch.cuda.empty_cache()
             rec = {"stage": name, "wall_s": time.perf_counter() - t0, **figures}
@@ -476,6 +475,15 @@ class Pipeline:
         from opencomposer.pipeline_report import write_demo_report
 
         return write_demo_report(self)
+
+    # name -> (the stage, whether it trains: pretraining and SFT run at run.train_threads, the
+    # rest at run.num_threads), in the order the stages run
+    STAGE_TABLE: dict[str, tuple[Callable[["Pipeline"], dict], bool]] = {
+        "tokenizer": (_tokenizer, False), "pretrain": (_pretrain, True), "tasks": (_tasks, False),
+        "sft": (_sft, True), "eval_sft": (_eval_sft, False), "rl": (_rl, False), "eval_rl": (_eval_rl, False),
+        "report": (_report, False),
+    }
+    STAGES = list(STAGE_TABLE)
 
 
 def main(config: str | None = None, overrides: list[str] | tuple[str, ...] = (),

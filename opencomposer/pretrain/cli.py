@@ -12,8 +12,26 @@ docs/pretrain.md describes the configs. A bad config stops before anything start
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Callable
 
 import typer
+
+
+def _run(command: str, load: Callable, train: Callable, config: Path, overrides: list[str], print_config: bool,
+         resume: bool) -> None:
+    """Load the config (or print it resolved), then train; a config or run error exits 1 with its message."""
+    from opencomposer.config import dump_config
+    from opencomposer.errors import OpenComposerError
+
+    try:
+        cfg = load(config, overrides)
+        if print_config:
+            typer.echo(dump_config(cfg), nl=False)
+            return
+        train()(cfg, resume=resume)
+    except OpenComposerError as exc:
+        typer.echo(f"{command}: {exc}", err=True)
+        raise typer.Exit(1)
 
 
 def pretrain(
@@ -23,21 +41,14 @@ def pretrain(
     print_config: bool = typer.Option(False, "--print-config", help="Print the resolved config and exit."),
 ) -> None:
     """Continued pretraining with MTP and context extension (checkpoints, metrics, resume)."""
-    from opencomposer.config import dump_config
-    from opencomposer.errors import OpenComposerError
     from opencomposer.pretrain.config import load_config
 
-    try:
-        cfg = load_config(config, overrides)
-        if print_config:
-            typer.echo(dump_config(cfg), nl=False)
-            return
+    def train():  # imported only when training starts: --print-config stays fast
         from opencomposer.pretrain.train import train
 
-        train(cfg, resume=resume)
-    except OpenComposerError as exc:
-        typer.echo(f"pretrain: {exc}", err=True)
-        raise typer.Exit(1)
+        return train
+
+    _run("pretrain", load_config, train, config, overrides, print_config, resume)
 
 
 def sft(
@@ -47,16 +58,6 @@ def sft(
     print_config: bool = typer.Option(False, "--print-config", help="Print the resolved config and exit."),
 ) -> None:
     """SFT on oracle trajectories collected through the harness (or given JSONL files); writes run.out_dir/model."""
-    from opencomposer.config import dump_config
-    from opencomposer.errors import OpenComposerError
     from opencomposer.pretrain.sft import load_config, train_sft
 
-    try:
-        cfg = load_config(config, overrides)
-        if print_config:
-            typer.echo(dump_config(cfg), nl=False)
-            return
-        train_sft(cfg, resume=resume)
-    except OpenComposerError as exc:
-        typer.echo(f"sft: {exc}", err=True)
-        raise typer.Exit(1)
+    _run("sft", load_config, lambda: train_sft, config, overrides, print_config, resume)
