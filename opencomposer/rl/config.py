@@ -138,7 +138,7 @@ class TrainConfig(Section):
     """Leave samples whose advantage is 0 out of the forward (the same gradients for less compute).
     The Ray trainer's FSDP ranks turn it off: every rank must run the same forwards and backwards."""
     pack_prefixes: bool = True
-    """Run each group's shared prefix once (rl/packing.py): the same loss and gradients for less
+    """Run each group's shared prefix once (training/packing.py): the same loss and gradients for less
     compute. Micro-batches then hold whole groups (>= micro_batch_size samples). The Ray trainer's
     FSDP ranks turn it off (the number of model calls per step must match across ranks)."""
     router_replay: bool = True
