@@ -10,14 +10,20 @@ checkpoint was saved, and step S+1 is the first the resumed run writes. So rows 
 kept and rows past S (steps the killed run took after its last checkpoint, which the resumed run
 takes again) are dropped, in both outputs: metrics.jsonl is truncated to steps ≤ S, and the
 TensorBoard writer starts with purge_step S+1, which hides every older event at a step ≥ S+1.
-A fresh run (resume_step None) keeps nothing of an earlier run in the same directory (purge
-step 0). Left out: other backends (wandb, mlflow) and aggregation across ranks (the caller
+A fresh run (resume_step None) keeps nothing of an earlier run in the same directory: its old
+event files are deleted. TensorBoard reads a directory's event files in the order of their names,
+`events.out.tfevents.<unix second>.<host>.<pid>.<counter>`, and purge_step only hides events read
+before it; two writers opened in the same second (a resume within a second of the last write, as in
+tests) could sort the wrong way round by their counters (`.10` before `.9`), so the resumed writer
+waits for the next second. Left out: other backends (wandb, mlflow) and aggregation across ranks (the caller
 writes from rank 0 only).
 """
 
 from __future__ import annotations
 
 import json
+import shutil
+import time
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +45,12 @@ class MetricsWriter:
         if tensorboard:
             from torch.utils.tensorboard import SummaryWriter
 
-            self.tb = SummaryWriter(str(run_dir / "tb"), purge_step=0 if resume_step is None else resume_step + 1)
+            tb_dir = run_dir / "tb"
+            if resume_step is None:
+                shutil.rmtree(tb_dir, ignore_errors=True)
+            else:
+                _after_newest_event_file(tb_dir)
+            self.tb = SummaryWriter(str(tb_dir), purge_step=None if resume_step is None else resume_step + 1)
 
     def write(self, step: int, values: dict[str, Any]) -> None:
         self.file.write(json.dumps({"step": step, **values}) + "\n")
@@ -53,3 +64,11 @@ class MetricsWriter:
         self.file.close()
         if self.tb is not None:
             self.tb.close()
+
+
+def _after_newest_event_file(tb_dir: Path) -> None:
+    """Sleep until the clock's second is past the newest event file's, so a new file sorts after it."""
+    stamps = [int(p.name.split(".")[3]) for p in tb_dir.glob("events.out.tfevents.*")
+              if len(p.name.split(".")) > 3 and p.name.split(".")[3].isdigit()]
+    if stamps and time.time() < max(stamps) + 1:
+        time.sleep(max(stamps) + 1 - time.time())
