@@ -56,8 +56,10 @@ from opencomposer.errors import TaskError
 from opencomposer.sandbox.base import Backend, Image
 from opencomposer.tasks.build import _download_sdist, cache_dir, default_backend, env_layer, source_layer
 from opencomposer.tasks.coverage_map import FunctionCoverage, TestRun, coverage_map, run_tests
+from opencomposer.tasks.deps import Resolution, pytest_plugin_args, resolve
 from opencomposer.tasks.grade import is_protected
 from opencomposer.tasks.instruction import bug_instruction, feature_instruction
+from opencomposer.tasks.metadata import Declared, declared_requirements
 from opencomposer.tasks.smoke import REQUIREMENTS as PYTEST_REQUIREMENTS
 from opencomposer.tasks.task import (BREAK_PATCH, GOLD_PATCH, HIDDEN_DIR, SUITE_FILE, Environment, Source, Stats,
                                      Suite, SuiteSpec, Task, TaskSpec, TaskTests, patch_stats, tree_diff)
@@ -74,10 +76,10 @@ MIN_PASSING = 20
 
 @dataclass(frozen=True)
 class PackageConfig:
-    """What a package's tests need beyond BASE_REQUIREMENTS."""
+    """What a package's tests need that its metadata does not say (metadata.py reads the rest)."""
 
     requirements: tuple[str, ...] = ()
-    """Extra pinned test dependencies."""
+    """Extra test dependencies, resolved together with the declared ones."""
     tests: tuple[str, ...] = ()
     """Paths given to pytest; () finds tests/, test/ or <package>/tests."""
     pytest_args: tuple[str, ...] = ()
@@ -311,8 +313,9 @@ class Miner:
     """Mines one sdist into task directories under `out`; see the module docstring."""
 
     def __init__(self, archive: Path, out: Path, settings: Settings, backend: Backend | None = None,
-                 package_name: str | None = None):
+                 package_name: str | None = None, find_links: Path | None = None):
         self.backend = backend or default_backend()
+        self.find_links = find_links
         self.archive, self.out, self.settings = Path(archive), Path(out), settings
         self.name, self.version = sdist_metadata(self.archive)
         if package_name:
@@ -325,22 +328,51 @@ class Miner:
             raise TaskError(f"{self.name}=={self.version}: its sdist ships no test suite (no tests/, test/ or "
                             f"<package>/tests with test_*.py files); the miner needs the tests in the sdist. "
                             f"Pick another version or package, or name the test paths in mine.PACKAGES.")
-        if norm(self.name) in {norm(r.split("==")[0]) for r in [*BASE_REQUIREMENTS, *self.config.requirements]}:
+        if norm(self.name) in {norm(r.split("==")[0]) for r in BASE_REQUIREMENTS}:
             raise TaskError(f"{self.name}: the test venv already installs it (a dependency of pytest or of the "
                             f"tests), which would shadow the source under test; mine another package")
-        self.env = Environment(requirements=[*BASE_REQUIREMENTS, *self.config.requirements],
-                               setup=[pth_setup(self.source)], pytest_args=list(self.config.pytest_args))
         self.state_dir = cache_dir() / "mine" / f"{norm(self.name)}-{self.version}-{self.sha256[:12]}"
         self.state_dir.mkdir(parents=True, exist_ok=True)
+        self.declared = declared_requirements(self.source, self.name)
+        self.resolution = self.resolve()
+        setup = [pth_setup(self.source)]
+        if self.resolution.self_required:  # a test dependency pulls in the package itself: it would shadow the source
+            setup.insert(0, f".venv/bin/pip uninstall -y --disable-pip-version-check {self.name}")
+        self.env = Environment(requirements=self.resolution.pins, setup=setup,
+                               pytest_args=list(self.config.pytest_args))
+        self._image: Image | None = None
 
-    # -- image and baseline
+    # -- requirements, image and baseline
+
+    def resolve(self) -> Resolution:
+        """Pins for the declared requirements (cached: re-mining must not pick up new releases)."""
+        base = [*BASE_REQUIREMENTS, *self.config.requirements]
+        key = hashlib.sha256(json.dumps([base, asdict(self.declared)]).encode()).hexdigest()
+        path = self.state_dir / "resolution.json"
+        if path.is_file():
+            data = json.loads(path.read_text())
+            if data.get("key") == key:
+                return Resolution(**data["resolution"])
+        res = resolve(base, self.declared, self.name, self.backend, self.find_links)
+        path.write_text(json.dumps({"key": key, "resolution": asdict(res)}, indent=1))
+        return res
 
     def image(self) -> Image:
-        env = env_layer(self.env.requirements, setup=self.env.setup, source=self.source, backend=self.backend)
-        return self.backend.image([self.source, env])
+        """The source + venv image; building the venv also finds the pytest plugins to load."""
+        if self._image is None:
+            try:
+                env = env_layer(self.env.requirements, setup=self.env.setup, source=self.source,
+                                backend=self.backend, find_links=self.find_links)
+            except TaskError as e:
+                raise TaskError(f"{self.name}=={self.version}: its requirements do not install in the sandbox "
+                                f"(a compiled extension without its compiler or headers?): {e}") from None
+            self.env.pytest_args = [*pytest_plugin_args(env, self.backend), *self.config.pytest_args]
+            self._image = self.backend.image([self.source, env])
+        return self._image
 
     def baseline(self) -> TestRun:
         """The coverage run on the untouched sdist (cached)."""
+        self.image()
         path = self.state_dir / "baseline.json"
         key = hashlib.sha256(json.dumps([self.env.model_dump(), self.test_paths]).encode()).hexdigest()
         if path.is_file():
