@@ -269,8 +269,15 @@ def base_image(task: Task, backend: Backend | None = None) -> Image:
     if task.spec.source.kind == "generated":
         return backend.image([env_layer(env.requirements, backend=backend)])
     src = task.spec.source
-    source = source_layer(src.package, src.version, src.sha256, backend=backend)
-    return backend.image([source, env_layer(env.requirements, setup=env.setup, source=source, backend=backend)])
+    if src.kind == "local":
+        from opencomposer.tasks.local import local_source_layer
+
+        source = local_source_layer(Path(src.path), src.package, src.version, src.sha256)
+    else:
+        source = source_layer(src.package, src.version, src.sha256, backend=backend)
+    links = Path(env.find_links) if env.find_links else None
+    return backend.image([source, env_layer(env.requirements, setup=env.setup, source=source, backend=backend,
+                                            find_links=links)])
 
 
 def task_image(task: Task, backend: Backend | None = None) -> Image:

@@ -45,9 +45,10 @@ import re
 import shutil
 import tarfile
 import tempfile
+import time
 import tomllib
 import zipfile
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from email.parser import Parser
 from pathlib import Path
 from typing import Iterator
@@ -59,7 +60,9 @@ from opencomposer.tasks.coverage_map import FunctionCoverage, TestRun, coverage_
 from opencomposer.tasks.deps import Resolution, pytest_plugin_args, resolve
 from opencomposer.tasks.grade import is_protected
 from opencomposer.tasks.instruction import bug_instruction, feature_instruction
-from opencomposer.tasks.metadata import Declared, declared_requirements
+from opencomposer.tasks.local import git_commit, local_source_layer, tree_files, tree_hash
+from opencomposer.tasks.metadata import declared_requirements, project_identity
+from opencomposer.tasks.mine_report import MineReport, compiled_sources, failure_reasons, sandbox_blocker
 from opencomposer.tasks.smoke import REQUIREMENTS as PYTEST_REQUIREMENTS
 from opencomposer.tasks.task import (BREAK_PATCH, GOLD_PATCH, HIDDEN_DIR, SUITE_FILE, Environment, Source, Stats,
                                      Suite, SuiteSpec, Task, TaskSpec, TaskTests, patch_stats, tree_diff)
@@ -296,32 +299,19 @@ def variant_candidates(cov: dict, sources: dict[str, str], n_tests: int, setting
 # ---------------------------------------------------------------- the miner
 
 
-@dataclass
-class MineReport:
-    package: str
-    version: str
-    tasks: list[str] = field(default_factory=list)
-    """Ids of the tasks in --out for this package (new and already there)."""
-    new: list[str] = field(default_factory=list)
-    rejected: dict[str, str] = field(default_factory=dict)
-    """Candidate id -> why it was rejected (this run and earlier ones)."""
-    tests_total: int = 0
-    tests_passing: int = 0
-
-
 class Miner:
-    """Mines one sdist into task directories under `out`; see the module docstring."""
+    """Mines one project (an unpacked sdist, or a local directory) into task directories under `out`.
 
-    def __init__(self, archive: Path, out: Path, settings: Settings, backend: Backend | None = None,
-                 package_name: str | None = None, find_links: Path | None = None):
+    `source_root` is the project's source layer; `origin` is what tasks record as their source.
+    """
+
+    def __init__(self, source_root: Path, origin: Source, out: Path, settings: Settings,
+                 backend: Backend | None = None, find_links: Path | None = None):
         self.backend = backend or default_backend()
-        self.find_links = find_links
-        self.archive, self.out, self.settings = Path(archive), Path(out), settings
-        self.name, self.version = sdist_metadata(self.archive)
-        if package_name:
-            self.name = package_name
-        self.sha256 = hashlib.sha256(self.archive.read_bytes()).hexdigest()
-        self.source = source_layer(self.name, self.version, self.sha256, sdist=self.archive, backend=self.backend)
+        self.find_links = Path(find_links).resolve() if find_links else None
+        self.out, self.settings, self.origin = Path(out), settings, origin
+        self.name, self.version, self.sha256 = origin.package, origin.version, origin.sha256
+        self.source = Path(source_root)
         self.config = PACKAGES.get(norm(self.name), PackageConfig())
         self.test_paths = list(self.config.tests) or find_test_paths(self.source, self.name)
         if not self.test_paths or not any((self.source / p).exists() for p in self.test_paths):
@@ -333,13 +323,15 @@ class Miner:
                             f"tests), which would shadow the source under test; mine another package")
         self.state_dir = cache_dir() / "mine" / f"{norm(self.name)}-{self.version}-{self.sha256[:12]}"
         self.state_dir.mkdir(parents=True, exist_ok=True)
+        self.compiled = compiled_sources(self.source, self.test_paths)
         self.declared = declared_requirements(self.source, self.name)
         self.resolution = self.resolve()
         setup = [pth_setup(self.source)]
         if self.resolution.self_required:  # a test dependency pulls in the package itself: it would shadow the source
             setup.insert(0, f".venv/bin/pip uninstall -y --disable-pip-version-check {self.name}")
         self.env = Environment(requirements=self.resolution.pins, setup=setup,
-                               pytest_args=list(self.config.pytest_args))
+                               pytest_args=list(self.config.pytest_args),
+                               find_links=str(self.find_links) if self.find_links else None)
         self._image: Image | None = None
 
     # -- requirements, image and baseline
@@ -385,10 +377,16 @@ class Miner:
         finally:
             ws.close()
         run.outcomes = {t: o for t, o in run.outcomes.items() if ".py::" in t}
+        reasons = failure_reasons(run.errors, run.outcomes, self.name, self.compiled)
+        uncollected = sum(n for k, n in reasons.items() if k.startswith("file does not collect"))
+        blocker = sandbox_blocker(reasons, len(run.outcomes) + uncollected)
+        if blocker:
+            raise TaskError(f"{self.name}=={self.version}: not mined: {blocker}")
         if len(run.passed()) < MIN_PASSING:
+            why = ", ".join(f"{k} ({n})" for k, n in reasons.most_common(5)) or "no failures recorded"
             raise TaskError(f"{self.name}=={self.version}: only {len(run.passed())} tests pass on the unmodified "
-                            f"sdist, fewer than {MIN_PASSING} (missing test dependencies? add them to "
-                            f"mine.PACKAGES):\n{run.log}")
+                            f"source, fewer than {MIN_PASSING}; failing: {why} (a test dependency the metadata "
+                            f"does not name? add it to mine.PACKAGES):\n{run.log[-1500:]}")
         path.write_text(json.dumps({"key": key, "run": run.to_json()}))
         return run
 
@@ -407,17 +405,25 @@ class Miner:
 
     # -- candidates -> tasks
 
-    def run(self, progress: bool = True) -> MineReport:
+    def run(self, report: MineReport, progress: bool = True) -> MineReport:
+        """Mine into self.out, filling `report` as it goes (so a failure leaves what was learned)."""
         from rich.console import Console
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
         s = self.settings
-        report = MineReport(self.name, self.version)
+        report.compiled = self.compiled
+        report.requirements = {"runtime": self.declared.runtime, "test": self.declared.test,
+                               "origins": self.declared.origins, "skipped": self.declared.skipped,
+                               "pins": self.resolution.pins, "dropped": self.resolution.dropped,
+                               "pytest_args": self.env.pytest_args}
         self.out.mkdir(parents=True, exist_ok=True)
         rejected_file = self.state_dir / "rejected.json"
         rejected: dict[str, str] = json.loads(rejected_file.read_text()) if rejected_file.is_file() else {}
         baseline = self.baseline()
+        report.requirements["pytest_args"] = self.env.pytest_args
         report.tests_total, report.tests_passing = len(baseline.outcomes), len(baseline.passed())
+        report.failing = dict(failure_reasons(baseline.errors, baseline.outcomes, self.name, self.compiled)
+                              .most_common())
         sources = self.sources(baseline)
         cov = coverage_map(baseline, sources)
         rng = random.Random(s.seed)
@@ -446,6 +452,7 @@ class Miner:
                         why = self.make_task(cand, tid, baseline, sources, cov, image)
                     except (TaskError, KeyError, ValueError, SyntaxError) as e:
                         why = f"{type(e).__name__}: {e}"[:500]
+                    report.tried[tid] = why or "valid"
                     if why:
                         rejected[tid] = why
                         rejected_file.write_text(json.dumps(rejected, indent=1))
@@ -537,7 +544,7 @@ class Miner:
         lines, files = patch_stats(gold)
         Task(path, TaskSpec(
             id=tid, instruction=instruction, created=CREATED,
-            source=Source(kind="pypi", package=self.name, version=self.version, sha256=self.sha256),
+            source=self.origin,
             tests=TaskTests(fail_to_pass=f2p, pass_to_pass=p2p),
             environment=self.env,
             stats=Stats(gold_lines_changed=lines, gold_files_changed=files, instruction_chars=len(instruction)),
@@ -559,17 +566,44 @@ class Miner:
         Suite(self.out, spec, []).save()
 
 
-def mine(out: Path, *, package: str | None = None, sdist: Path | None = None, settings: Settings | None = None,
-         backend: Backend | None = None, progress: bool = True) -> MineReport:
-    """Mine one package (NAME==VERSION from PyPI, or a local sdist) into task dirs under `out`."""
-    if (package is None) == (sdist is None):
-        raise TaskError("give exactly one of --package NAME==VERSION or --sdist PATH")
+def mine(out: Path, *, package: str | None = None, sdist: Path | None = None, source: Path | None = None,
+         settings: Settings | None = None, backend: Backend | None = None, find_links: Path | None = None,
+         progress: bool = True) -> MineReport:
+    """Mine one project into task dirs under `out`: NAME==VERSION from PyPI, a local sdist, or a
+    local project directory (`source`, recorded by path, tree hash and git commit)."""
+    if sum(x is not None for x in (package, sdist, source)) != 1:
+        raise TaskError("give exactly one of --package NAME==VERSION, --sdist PATH or --source DIR")
     backend = backend or default_backend()
-    name = None
-    if package:
-        name = package.split("==")[0].strip()
-        sdist = fetch_sdist(package, backend)
-    elif not Path(sdist).is_file():
-        raise TaskError(f"--sdist {sdist}: no such file")
-    miner = Miner(Path(sdist), Path(out), settings or Settings(), backend, package_name=name)
-    return miner.run(progress=progress)
+    if source is not None:
+        root = Path(source).resolve()
+        if not root.is_dir():
+            raise TaskError(f"--source {source}: not a directory")
+        name, version = project_identity(root)
+        files = tree_files(root)
+        if not files:
+            raise TaskError(f"--source {source}: no files (an empty directory, or everything is git-ignored)")
+        origin = Source(kind="local", package=name, version=version, sha256=tree_hash(root, files),
+                        path=str(root), commit=git_commit(root))
+        layer = local_source_layer(root, name, version, origin.sha256)
+    else:
+        name = None
+        if package:
+            name = package.split("==")[0].strip()
+            sdist = fetch_sdist(package, backend)
+        elif not Path(sdist).is_file():
+            raise TaskError(f"--sdist {sdist}: no such file")
+        meta_name, version = sdist_metadata(Path(sdist))
+        sha = hashlib.sha256(Path(sdist).read_bytes()).hexdigest()
+        origin = Source(kind="pypi", package=name or meta_name, version=version, sha256=sha)
+        layer = source_layer(origin.package, version, sha, sdist=Path(sdist), backend=backend)
+    report = MineReport(origin.package, origin.version, source=origin.model_dump(exclude_none=True))
+    start = time.monotonic()
+    try:
+        miner = Miner(layer, origin, Path(out), settings or Settings(), backend, find_links=find_links)
+        return miner.run(report, progress=progress)
+    except TaskError as e:
+        report.error = str(e)
+        raise
+    finally:
+        report.duration_s = round(time.monotonic() - start, 1)
+        report.write(Path(out))
