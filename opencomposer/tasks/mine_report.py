@@ -63,7 +63,8 @@ class MineReport:
     def summary(self) -> str:
         head = f"{self.package}=={self.version}"
         if self.error:
-            return f"{head}: not mined: {self.error.splitlines()[0][:400]}"
+            why = self.error.splitlines()[0].removeprefix(f"{head}: ").removeprefix("not mined: ")
+            return f"{head}: not mined: {why[:400]}"
         valid = sum(v == "valid" for v in self.tried.values())
         why = Counter(_reason_kind(r) for r in self.tried.values() if r != "valid")
         lines = [f"{head}: {len(self.tasks)} tasks ({len(self.new)} new); tried {len(self.tried)} candidates, "
