@@ -2,6 +2,7 @@
 
     generated task:  [venv layer (requirements)]            + task/workspace/ (in place)
     pypi task:       [source layer (sdist)] + [env layer]   + task layer (break.patch applied)
+    local task:      [source layer (a copy of the project directory, local.py)] + the same
 
 - source layer: the sdist, downloaded with `pip download --no-binary :all: --no-deps
   PACKAGE==VERSION` *inside a sandbox* (pip prepares metadata, which runs the package's

@@ -1,11 +1,14 @@
-"""The miner: tasks from a real PyPI sdist, verified by running its own tests.
+"""The miner: tasks from a real project (a PyPI sdist or a local directory), verified by its own tests.
 
-    opencomposer tasks mine (--sdist PATH | --package NAME==VERSION) --out DIR [--max-tasks N]
+    opencomposer tasks mine (--sdist PATH | --package NAME==VERSION | --source DIR) --out DIR [--max-tasks N]
 
-1. Image: the sdist becomes a source layer (build.source_layer, sha256 recorded), the venv an
-   env layer with pytest + coverage pinned (BASE_REQUIREMENTS) plus the package's own test
-   dependencies (PACKAGES), and a .pth file that puts the source tree on sys.path (no build
-   backend needed, and edits to the source are live).
+1. Image: the sdist (or a copy of the local tree: local.py, its files' hash and git commit
+   recorded) becomes a source layer, the venv an env layer with pytest + coverage pinned
+   (BASE_REQUIREMENTS) plus the package's declared runtime and test requirements
+   (metadata.py reads them from its files, deps.py resolves and pins them with pip in a
+   sandbox; PACKAGES adds what metadata cannot say), and a .pth file that puts the source
+   tree on sys.path (no build backend needed, and edits to the source are live). Installed
+   pytest plugins are loaded with -p (the grader turns autoload off).
 2. Coverage map: the test suite runs once in the sandbox with one coverage context per test
    (coverage_map.py); each function body's lines give the passing tests that exercise it.
 3. Candidates:
@@ -27,12 +30,15 @@
    every p2p, gold passes all. Flaky tests are dropped and the task validated again; a task
    that is still invalid is rejected (recorded, and skipped on later runs).
 
-Resumable: task directories already in --out count toward --max-tasks; the coverage map and
-the rejected candidates are kept under $OPENCOMPOSER_CACHE/mine/<package>-<version>/.
-Deterministic for a given sdist, seed and settings.
+Resumable: task directories already in --out count toward --max-tasks; the resolved pins, the
+coverage map and the rejected candidates are kept under $OPENCOMPOSER_CACHE/mine/<package>-<version>-<sha>/.
+Deterministic for a given source, seed and settings (and resolved pins, which are cached).
+Every run writes a report (mine_report.py) to <out>/mining/<package>-<version>.json, also when
+it stops: a package most of whose tests fail on the untouched source for what the sandbox
+cannot give (network, a service, a compiled extension that is not built) is not mined.
 
-Left out: packages with C extensions or network tests, tests outside pytest's collection
-(doctest files), and instructions written by a language model.
+Left out: building C extensions, tests outside pytest's collection (doctest files), and
+instructions written by a language model.
 """
 
 from __future__ import annotations
