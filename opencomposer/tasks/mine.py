@@ -49,26 +49,23 @@ import json
 import random
 import re
 import shutil
-import tarfile
-import tempfile
 import time
 import tomllib
-import zipfile
 from dataclasses import asdict, dataclass
-from email.parser import Parser
 from pathlib import Path
 from typing import Iterator
 
 from opencomposer.errors import TaskError
 from opencomposer.sandbox.base import Backend, Image
-from opencomposer.tasks.build import _download_sdist, cache_dir, default_backend, env_layer, source_layer
+from opencomposer.tasks.build import cache_dir, default_backend, env_layer, source_layer
 from opencomposer.tasks.coverage_map import FunctionCoverage, TestRun, coverage_map, run_tests
 from opencomposer.tasks.deps import Resolution, pytest_plugin_args, resolve
 from opencomposer.tasks.grade import is_protected
 from opencomposer.tasks.instruction import bug_instruction, feature_instruction
 from opencomposer.tasks.local import git_commit, local_source_layer, tree_files, tree_hash
-from opencomposer.tasks.metadata import declared_requirements, project_identity
+from opencomposer.tasks.metadata import declared_requirements, norm, project_identity
 from opencomposer.tasks.mine_report import MineReport, compiled_sources, failure_reasons, sandbox_blocker
+from opencomposer.tasks.sdist import fetch_sdist, find_test_paths, pth_setup, sdist_metadata
 from opencomposer.tasks.smoke import REQUIREMENTS as PYTEST_REQUIREMENTS
 from opencomposer.tasks.task import (BREAK_PATCH, GOLD_PATCH, HIDDEN_DIR, SUITE_FILE, Environment, Source, Stats,
                                      Suite, SuiteSpec, Task, TaskSpec, TaskTests, patch_stats, tree_diff)
@@ -138,62 +135,6 @@ class Settings:
     failure costs the grader a formatted traceback, and thousands make grading time out."""
     runs: int = 2
     """Validation repeats (flakiness)."""
-
-
-# ---------------------------------------------------------------- the sdist
-
-
-def norm(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
-def sdist_metadata(archive: Path) -> tuple[str, str]:
-    """(Name, Version) from the sdist's top-level PKG-INFO."""
-    if archive.name.endswith(".zip"):
-        with zipfile.ZipFile(archive) as z:
-            names = [n for n in z.namelist() if n.count("/") == 1 and n.endswith("/PKG-INFO")]
-            text = z.read(names[0]).decode() if names else ""
-    else:
-        with tarfile.open(archive) as t:
-            member = next((m for m in t.getmembers() if m.name.count("/") == 1 and m.name.endswith("/PKG-INFO")), None)
-            text = t.extractfile(member).read().decode() if member else ""
-    meta = Parser().parsestr(text)
-    if not meta.get("Name") or not meta.get("Version"):
-        raise TaskError(f"{archive}: no PKG-INFO with Name and Version at the top level; is it an sdist?")
-    return meta["Name"], meta["Version"]
-
-
-def fetch_sdist(spec: str, backend: Backend) -> Path:
-    """Download NAME==VERSION's sdist (in a sandbox, as build.py does) into the miner's cache."""
-    if "==" not in spec:
-        raise TaskError(f"--package {spec!r}: pin an exact version, e.g. {spec}==1.0")
-    name, version = (s.strip() for s in spec.split("==", 1))
-    dest = cache_dir() / "mine" / "sdists"
-    found = sorted(dest.glob(f"{name.replace('-', '_')}-{version}.*")) + sorted(dest.glob(f"{name}-{version}.*"))
-    if found:
-        return found[0]
-    dest.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory() as tmp:
-        got = _download_sdist(name, version, backend, Path(tmp))
-        target = dest / got.name
-        shutil.copyfile(got, target)
-    return target
-
-
-def find_test_paths(root: Path, package: str) -> list[str]:
-    """The test directories of an unpacked sdist, or [] if it ships no tests."""
-    mod = norm(package).replace("-", "_")
-    for cand in ("tests", "test", "testing", f"{mod}/tests", f"src/{mod}/tests", f"{mod}/test"):
-        if (root / cand).is_dir() and any((root / cand).rglob("test*.py")):
-            return [cand]
-    return []
-
-
-def pth_setup(root: Path) -> str:
-    """The setup command that puts the source tree (src/ layout or flat) on the venv's sys.path."""
-    where = "/workspace/src" if (root / "src").is_dir() else "/workspace"
-    return (f"echo {where} > \"$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()[\"purelib\"])')"
-            "/oc-source.pth\"")
 
 
 # ---------------------------------------------------------------- candidates

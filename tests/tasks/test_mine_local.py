@@ -153,7 +153,8 @@ def _git(root, *args):
                           capture_output=True, text=True, check=True).stdout.strip()
 
 
-def test_tree_files_follow_git_and_the_hash_follows_the_files(tmp_path):
+def test_tree_files_follow_git_and_the_hash_follows_the_files(tmp_path, monkeypatch):
+    monkeypatch.setenv("OPENCOMPOSER_CACHE", str(tmp_path / "cache"))  # a layer already cached is never re-checked
     root = _write(tmp_path / "p", PROJECT)
     _git(root, "init", "-q")
     files = tree_files(root)
@@ -165,6 +166,8 @@ def test_tree_files_follow_git_and_the_hash_follows_the_files(tmp_path):
     assert tree_hash(root) != before
     with pytest.raises(TaskError, match="changed since the task was mined"):
         local_source_layer(root, "ocproj", "0.3.0", before)
+    layer = local_source_layer(root, "ocproj", "0.3.0", tree_hash(root))
+    assert (layer / "ocproj" / "text.py").read_text() == "X = 1\n" and not (layer / "scratch").exists()
 
 
 @pytest.mark.slow
