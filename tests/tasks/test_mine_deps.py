@@ -8,7 +8,13 @@ from __future__ import annotations
 
 import textwrap
 
-from opencomposer.tasks.metadata import declared_requirements, project_identity
+import pytest
+from tasks_util import wheel
+
+from opencomposer.errors import TaskError
+from opencomposer.tasks.deps import resolve
+from opencomposer.tasks.metadata import Declared, declared_requirements, project_identity
+from opencomposer.tasks.mine import BASE_REQUIREMENTS
 
 
 def _tree(root, files: dict[str, str]):
@@ -131,3 +137,15 @@ def test_poetry_and_no_test_names_falls_back_to_extras_and_dev(tmp_path):
     assert d.runtime == ["requests"]
     assert d.test == ["responses"]
     assert project_identity(root) == ("poet", "0.3.1")
+
+
+@pytest.mark.slow
+def test_resolve_pins_the_closure_and_drops_a_test_requirement_pip_cannot_install(tmp_path, backend):
+    # needs PyPI for the miner's own pins; the runtime requirement comes from a local wheel
+    wheel(tmp_path / "wheels", "octinydep-local", "0.1", {"octinydep/__init__.py": "X = 1\n"})
+    declared = Declared(runtime=["octinydep-local>=0.1"], test=["oc-no-such-distribution-7f3a"])
+    res = resolve(BASE_REQUIREMENTS, declared, "demo", backend, find_links=tmp_path / "wheels")
+    assert "octinydep-local==0.1" in res.pins and {r.lower() for r in BASE_REQUIREMENTS} <= {p.lower() for p in res.pins}
+    assert len(res.dropped) == 1 and res.dropped[0].startswith("oc-no-such-distribution-7f3a (")
+    with pytest.raises(TaskError, match="runtime requirements"):
+        resolve(BASE_REQUIREMENTS, Declared(runtime=["oc-no-such-distribution-7f3a"]), "demo", backend)

@@ -8,12 +8,9 @@ miner's own pins, still come from PyPI or the cache, as for every mined task).
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import json
 import subprocess
 import textwrap
-import zipfile
 
 import pytest
 from typer.testing import CliRunner
@@ -24,6 +21,8 @@ from opencomposer.tasks.local import local_source_layer, tree_files, tree_hash
 from opencomposer.tasks.mine import Settings, mine
 from opencomposer.tasks.task import Suite
 from opencomposer.tasks.validate import validate_task
+
+from tasks_util import wheel as _wheel
 
 DEP = {"octinydep/__init__.py": 'def shout(s):\n    return s.upper() + "!"\n\n\n'
                                 "def clamp(x, lo, hi):\n    return max(lo, min(hi, x))\n"}
@@ -126,26 +125,6 @@ def _write(root, files):
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         (root / rel).write_text(textwrap.dedent(text).lstrip())
     return root
-
-
-def _wheel(dest, name: str, version: str, files: dict[str, str]):
-    """A minimal pure-Python wheel (PEP 427), written directly: no build backend, no network."""
-    dist = f"{name.replace('-', '_')}-{version}"
-    contents = dict(files)
-    contents[f"{dist}.dist-info/METADATA"] = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
-    contents[f"{dist}.dist-info/WHEEL"] = "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
-    record = []
-    for rel, text in contents.items():
-        digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=").decode()
-        record.append(f"{rel},sha256={digest},{len(text.encode())}")
-    record.append(f"{dist}.dist-info/RECORD,,")
-    contents[f"{dist}.dist-info/RECORD"] = "\n".join(record) + "\n"
-    dest.mkdir(parents=True, exist_ok=True)
-    path = dest / f"{dist}-py3-none-any.whl"
-    with zipfile.ZipFile(path, "w") as z:
-        for rel, text in contents.items():
-            z.writestr(rel, text)
-    return path
 
 
 def _git(root, *args):
