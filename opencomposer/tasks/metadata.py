@@ -9,7 +9,7 @@ Read, never run (the host never executes a package's code):
               install_requires, setup.py's install_requires when it is a literal (ast)
     test      extras, dependency groups, hatch environments and requirements files whose
               name says test (test, tests, testing, hatch-test), setup.py/setup.cfg
-              tests_require, tox.ini's [testenv] deps; when the project names none of
+              tests_require, tox.ini's [testenv] deps and extras; when the project names none of
               those: every extra plus its dev extras/groups/files
 
 Markers are evaluated for the sandbox's Python (the one task venvs are built with) and
@@ -98,6 +98,7 @@ class _Reader:
         self.tests: dict[str, list[str]] = {}  # origin -> strings that only tests need
         self.dev: dict[str, list[str]] = {}
         self.files_named: set[str] = set()
+        self.tox_extras: set[str] = set()  # tox's [testenv] extras: what its test runs install
         self.skipped: list[str] = []
 
     # -- the files
@@ -242,6 +243,9 @@ class _Reader:
                 elif "{" not in line:
                     reqs.append(line)
             self.tests["tox.ini [testenv] deps"] = reqs
+        if cfg.has_option("testenv", "extras"):
+            self.tox_extras = {norm(e.strip()) for line in _lines(cfg.get("testenv", "extras"))
+                               for e in line.split(",") if e.strip() and "{" not in e and ":" not in e}
 
     def requirements_file(self, rel: str, depth: int = 0) -> list[str]:
         """A pip requirements file's requirements: `-r` followed inside the tree, options and paths
@@ -323,7 +327,7 @@ class _Reader:
             d.origins.append(origin)
             for line in reqs:
                 d.runtime.extend(self.keep(line))
-        test_extras = sorted({e for ex in self.extras.values() for e in ex if e in TEST_NAMES})
+        test_extras = sorted({e for ex in self.extras.values() for e in ex if e in TEST_NAMES | self.tox_extras})
         if test_extras or self.tests:
             chosen = [(f"extra {e}", self.extra(e)) for e in test_extras]
             chosen += [(o, [r for line in reqs for r in self.keep(line)]) for o, reqs in self.tests.items()]
@@ -340,7 +344,9 @@ class _Reader:
                 if name in TOOLS or name.startswith(TOOL_PREFIXES) or name in base:
                     continue
                 d.test.append(r)
-        d.runtime, d.test = _unique(d.runtime), [r for r in _unique(d.test) if r not in d.runtime]
+        d.runtime = _unique(d.runtime)
+        runtime = {_canon(r) for r in d.runtime}
+        d.test = [r for r in _unique(d.test) if _canon(r) not in runtime]
         return d
 
 
@@ -430,5 +436,15 @@ def _literal(node: ast.AST, names: dict):
         return None
 
 
+def _canon(req: str) -> str:
+    """PyYAML and pyyaml, typing_extensions and typing-extensions: one requirement."""
+    return re.sub(r"[-_.]+", "-", req).lower()
+
+
 def _unique(items: list[str]) -> list[str]:
-    return list(dict.fromkeys(items))
+    seen, out = set(), []
+    for r in items:
+        if _canon(r) not in seen:
+            seen.add(_canon(r))
+            out.append(r)
+    return out

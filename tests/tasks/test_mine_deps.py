@@ -35,14 +35,16 @@ def test_old_setuptools_sdist_setup_py_literals_egg_info_and_tox(tmp_path):
             """,
         "glom.egg-info/requires.txt": "boltons>=19.3.0\nattrs\nface>=20.1.1\n\n[toml]\n\n"
                                       '[toml:python_version < "3.11"]\ntomli\n\n[yaml]\nPyYAML\n',
-        "tox.ini": "[tox]\nenvlist = py311\n\n[testenv]\ndeps = -rrequirements.txt\ncommands = pytest\n",
+        "tox.ini": "[tox]\nenvlist = py311\n\n[testenv]\ndeps = -rrequirements.txt\nextras = toml, yaml\n"
+                   "commands = pytest\n",
         "requirements.txt": "attrs==24.2.0\n    # via -r requirements.in\ncoverage==7.2.7\nface==24.0.0\n"
                             "pytest==7.4.4\ntox==4.8.0\npyyaml==6.0.1\n",
     })
     d = declared_requirements(root, "glom")
     assert d.runtime == ["boltons>=19.3.0", "attrs", "face>=20.1.1"]
-    # the lock's exact pins are loosened; pytest/coverage are the miner's; tox is a tool
-    assert d.test == ["face", "pyyaml"]
+    # tox's extras come first; the lock's exact pins are loosened (pyyaml is PyYAML again);
+    # pytest/coverage are the miner's; tox is a tool
+    assert d.test == ["PyYAML", "face"]
     assert "tox.ini [testenv] deps" in d.origins
 
 
