@@ -31,9 +31,11 @@ from packaging.requirements import Requirement
 from opencomposer.errors import TaskError
 from opencomposer.sandbox.base import Backend
 from opencomposer.tasks.build import BUILD_LIMITS, FIND_LINKS, SYSTEM_PYTHON, _empty_dir, find_links_layer
-from opencomposer.tasks.metadata import Declared, norm
-NOT_PLUGINS = {"pytest-randomly", "pytest-cov", "pytest-xdist", "pytest-timeout"}
-"""Installed plugins the miner does not load: they reorder, re-measure or parallelize the run."""
+from opencomposer.tasks.metadata import TOOLS, Declared, norm
+NOT_PLUGINS = {"pytest-randomly", "pytest-cov", "pytest-xdist", "pytest-timeout"} | {
+    n for n in TOOLS if n.startswith("pytest-")}
+"""Installed plugins the miner does not load: they reorder, re-measure or parallelize the run,
+or add lint checks as test items (metadata.TOOLS; they can still arrive as a dependency)."""
 
 
 @dataclass
