@@ -392,6 +392,8 @@ class Miner:
         features = feature_candidates(cov, len(baseline.passed()), s, rng, limit=4 * s.max_tasks)
         variants = variant_candidates(cov, sources, len(baseline.passed()), s, rng)
         quota = {"feature": s.max_tasks - s.variants, "variant": s.variants}
+        if not features:  # a one-module package has no feature (they span two files): variants fill in
+            quota = {"feature": 0, "variant": s.max_tasks}
         have = {"feature": 0, "variant": 0}
         image = None
         columns = (TextColumn("mine {task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
