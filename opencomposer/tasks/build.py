@@ -2,6 +2,7 @@
 
     generated task:  [venv layer (requirements)]            + task/workspace/ (in place)
     pypi task:       [source layer (sdist)] + [env layer]   + task layer (break.patch applied)
+    local task:      [source layer (a copy of the project directory, local.py)] + the same
 
 - source layer: the sdist, downloaded with `pip download --no-binary :all: --no-deps
   PACKAGE==VERSION` *inside a sandbox* (pip prepares metadata, which runs the package's
@@ -52,6 +53,8 @@ from opencomposer.sandbox.base import Backend, Image, Limits, Workspace
 from opencomposer.tasks.task import Task
 
 SYSTEM_PYTHON = "/usr/bin/python3"
+FIND_LINKS = ".oc-find-links"
+"""Where a --find-links directory appears inside a build sandbox (/workspace/.oc-find-links)."""
 BUILD_LIMITS = Limits(timeout_s=900, memory_mb=4096, pids=1024, network=True, output_bytes=200_000)
 _thread_locks: dict[str, threading.Lock] = {}
 _task_images: dict[tuple[str, str], Image] = {}
@@ -179,15 +182,20 @@ def _empty_dir() -> Path:
 
 
 def env_layer(requirements: list[str], *, setup: list[str] = (), source: Path | None = None,
-              backend: Backend | None = None) -> Path:
+              backend: Backend | None = None, find_links: Path | None = None) -> Path:
     """A layer holding /workspace/.venv with `requirements` installed (plus what `setup` wrote).
 
     `source` is the layer the setup commands run over (the unpacked sdist), None for generated
-    tasks, whose venv is shared by every task with the same requirements.
+    tasks, whose venv is shared by every task with the same requirements. `find_links` is a
+    host directory of wheels/sdists pip may install from besides PyPI (a local project's own
+    dependencies); it is seen at /workspace/.oc-find-links during the build only.
     """
-    key = hashlib.sha256(json.dumps({
-        "python": _python_version(), "requirements": sorted(requirements), "setup": list(setup),
-        "source": str(source) if source else None}, sort_keys=True).encode()).hexdigest()[:20]
+    fields = {"python": _python_version(), "requirements": sorted(requirements), "setup": list(setup),
+              "source": str(source) if source else None}
+    links = find_links_layer(find_links) if find_links else None
+    if links:  # only then: the keys of every existing venv stay what they were
+        fields["find_links"] = links.parent.name
+    key = hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:20]
     dest = cache_dir() / "envs" / key / "layer"
     if dest.is_dir():
         return dest
@@ -196,12 +204,14 @@ def env_layer(requirements: list[str], *, setup: list[str] = (), source: Path | 
             return dest
         dest.parent.mkdir(parents=True, exist_ok=True)
         backend = backend or default_backend()
-        ws = backend.image_from_dir(source or _empty_dir()).workspace()
+        base = source or _empty_dir()
+        ws = (backend.image([base, links]) if links else backend.image_from_dir(base)).workspace()
         try:
             _check(ws.exec([SYSTEM_PYTHON, "-m", "venv", "/workspace/.venv"], limits=BUILD_LIMITS),
                    "creating the venv")
+            extra = ["--find-links", f"/workspace/{FIND_LINKS}"] if links else []
             _check(ws.exec([".venv/bin/pip", "install", "--no-cache-dir", "--disable-pip-version-check",
-                            "--no-input", *requirements], limits=BUILD_LIMITS), f"pip install {requirements}")
+                            "--no-input", *extra, *requirements], limits=BUILD_LIMITS), f"pip install {requirements}")
             for cmd in setup:
                 _check(ws.exec(cmd, limits=BUILD_LIMITS), f"setup command {cmd!r}")
             lock = ws.exec([".venv/bin/pip", "freeze", "--all", "--disable-pip-version-check"], limits=BUILD_LIMITS)
@@ -213,6 +223,31 @@ def env_layer(requirements: list[str], *, setup: list[str] = (), source: Path | 
         finally:
             ws.close()
     return dest
+
+
+def find_links_layer(path: Path) -> Path:
+    """A layer holding a copy of the distributions in `path` under .oc-find-links/ (cached by content)."""
+    files = sorted(p for p in Path(path).iterdir() if p.is_file() and p.name.endswith((".whl", ".tar.gz", ".zip")))
+    if not files:
+        raise TaskError(f"--find-links {path}: no wheels or sdists (.whl, .tar.gz, .zip) in it")
+    digest = hashlib.sha256()
+    for f in files:
+        digest.update(f.name.encode() + b"\0" + hashlib.sha256(f.read_bytes()).digest())
+    dest = cache_dir() / "find-links" / digest.hexdigest()[:20] / "layer"
+    if not dest.is_dir():
+        with _locked(f"links-{dest.parent.name}"):
+            if not dest.is_dir():
+                tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=_mkdir(dest.parent)))
+                (tmp / FIND_LINKS).mkdir()
+                for f in files:
+                    shutil.copyfile(f, tmp / FIND_LINKS / f.name)
+                tmp.rename(dest)
+    return dest
+
+
+def _mkdir(path: Path) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    return path
 
 
 def _check_pins(requirements: list[str], frozen: str) -> None:
@@ -235,8 +270,15 @@ def base_image(task: Task, backend: Backend | None = None) -> Image:
     if task.spec.source.kind == "generated":
         return backend.image([env_layer(env.requirements, backend=backend)])
     src = task.spec.source
-    source = source_layer(src.package, src.version, src.sha256, backend=backend)
-    return backend.image([source, env_layer(env.requirements, setup=env.setup, source=source, backend=backend)])
+    if src.kind == "local":
+        from opencomposer.tasks.local import local_source_layer
+
+        source = local_source_layer(Path(src.path), src.package, src.version, src.sha256)
+    else:
+        source = source_layer(src.package, src.version, src.sha256, backend=backend)
+    links = Path(env.find_links) if env.find_links else None
+    return backend.image([source, env_layer(env.requirements, setup=env.setup, source=source, backend=backend,
+                                            find_links=links)])
 
 
 def task_image(task: Task, backend: Backend | None = None) -> Image:

@@ -4,7 +4,8 @@
     opencomposer tasks validate SUITE_DIR [--json] [--runs N] [--jobs J]
     opencomposer tasks export SUITE_DIR [--out FILE.jsonl]
     opencomposer tasks build (TASK_DIR | SUITE_DIR)
-    opencomposer tasks mine (--sdist PATH | --package NAME==VERSION) --out DIR [--max-tasks N] [--variants V]
+    opencomposer tasks mine (--sdist PATH | --package NAME==VERSION | --source DIR) --out DIR [--max-tasks N]
+                            [--variants V] [--find-links DIR] [--json]
 
 `grade --json` prints {resolved, f2p_passed, f2p_total, p2p_passed, p2p_total, tests,
 reason, notes, duration_s, log} and exits 0 whatever the verdict (the verdict is data);
@@ -122,24 +123,30 @@ def build_cmd(path: Path = typer.Argument(..., exists=True, file_okay=False, hel
 def mine_cmd(
     package: str = typer.Option(None, "--package", help="NAME==VERSION of a PyPI package (its sdist is fetched)."),
     sdist: Path = typer.Option(None, "--sdist", help="A local sdist (.tar.gz or .zip) instead of --package."),
+    source: Path = typer.Option(None, "--source", help="A local project directory (a git checkout, your own code)."),
     out: Path = typer.Option(..., "--out", help="Directory (suite) to write task directories into."),
     max_tasks: int = typer.Option(8, "--max-tasks", min=1, help="Tasks for this package (existing ones count)."),
     variants: int = typer.Option(1, "--variants", min=0, help="How many of them are procedural-bug variants."),
     seed: int = typer.Option(0, "--seed", help="Seed for feature sizes and variant choice."),
+    find_links: Path = typer.Option(None, "--find-links", exists=True, file_okay=False,
+                                    help="A directory of wheels/sdists to install requirements from besides PyPI."),
     as_json: bool = typer.Option(False, "--json", help="Print the report as one JSON object."),
 ) -> None:
-    """Mine tasks from a real sdist: features (bodies removed) and procedural bugs, each validated."""
+    """Mine tasks from a real project: features (bodies removed) and procedural bugs, each validated.
+
+    A report per package (candidates tried, valid, rejected with reasons, seconds) is written
+    to OUT/mining/NAME-VERSION.json and summarized here, also when mining stops early.
+    """
     from dataclasses import asdict
 
     from opencomposer.tasks.mine import Settings, mine
 
     settings = Settings(seed=seed, max_tasks=max_tasks, variants=min(variants, max_tasks))
     try:
-        report = mine(out, package=package, sdist=sdist, settings=settings)
+        report = mine(out, package=package, sdist=sdist, source=source, settings=settings, find_links=find_links)
     except TaskError as e:
         _fail(e)
     if as_json:
         print(json.dumps(asdict(report)))
         return
-    print(f"{report.package}=={report.version}: {len(report.tasks)} tasks in {out} ({len(report.new)} new), "
-          f"{len(report.rejected)} candidates rejected; tests passing on the sdist {report.tests_passing}/{report.tests_total}")
+    print(report.summary())

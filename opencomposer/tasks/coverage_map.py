@@ -66,6 +66,17 @@ def main():
     class Recorder:
         def __init__(self):
             self.phases = {}
+            self.errors = {}  # node id -> the exception, for telling why the untouched sdist fails
+
+        @pytest.hookimpl(hookwrapper=True)
+        def pytest_runtest_makereport(self, item, call):
+            yield
+            if call.excinfo is not None and not call.excinfo.errisinstance(pytest.skip.Exception):
+                self.errors.setdefault(item.nodeid, f"{call.excinfo.typename}: {call.excinfo.value}"[:300])
+
+        def pytest_collectreport(self, report):
+            if report.failed:
+                self.errors.setdefault(report.nodeid, str(report.longrepr)[-300:])
 
         @pytest.hookimpl(hookwrapper=True)
         def pytest_runtest_protocol(self, item, nextitem):
@@ -82,7 +93,8 @@ def main():
     rec = Recorder()
     code = pytest.main(args, plugins=[rec])
     result = {"exit_code": int(code), "outcomes": {n: outcome(p) for n, p in rec.phases.items()},
-              "failures": {n: sum(x.endswith(":failed") for x in p) for n, p in rec.phases.items()}}
+              "failures": {n: sum(x.endswith(":failed") for x in p) for n, p in rec.phases.items()},
+              "errors": rec.errors}
     if cov:
         cov.stop()
         data = cov.get_data()
@@ -116,18 +128,21 @@ class TestRun:
     failures: dict[str, int] = field(default_factory=dict)
     """node id -> failed reports (more than one: failing subtests, each graded with a traceback)."""
     log: str = ""
+    errors: dict[str, str] = field(default_factory=dict)
+    """node id (a test, or a file that failed to collect) -> "ExceptionType: message"."""
 
     def passed(self) -> set[str]:
         return {t for t, o in self.outcomes.items() if o == "passed"}
 
     def to_json(self) -> dict:
-        return {"outcomes": self.outcomes, "tests": self.tests,
+        return {"outcomes": self.outcomes, "tests": self.tests, "errors": self.errors,
                 "lines": {f: {str(k): v for k, v in ls.items()} for f, ls in self.lines.items()}}
 
     @classmethod
     def from_json(cls, data: dict) -> "TestRun":
         return cls(data["outcomes"], data["tests"],
-                   {f: {int(k): v for k, v in ls.items()} for f, ls in data["lines"].items()})
+                   {f: {int(k): v for k, v in ls.items()} for f, ls in data["lines"].items()},
+                   errors=data.get("errors", {}))
 
 
 def run_tests(ws, paths: list[str], pytest_args: list[str], *, cover: bool = False,
@@ -159,7 +174,8 @@ def run_tests(ws, paths: list[str], pytest_args: list[str], *, cover: bool = Fal
         with contextlib.suppress(SandboxError):
             remove_tree(ws.root / private)
     lines = {f: {int(k): v for k, v in ls.items()} for f, ls in data.get("files", {}).items()}
-    return TestRun(data["outcomes"], data.get("tests", []), lines, data.get("failures", {}), log)
+    return TestRun(data["outcomes"], data.get("tests", []), lines, data.get("failures", {}), log,
+                   data.get("errors", {}))
 
 
 @dataclass(frozen=True)

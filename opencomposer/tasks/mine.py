@@ -1,11 +1,14 @@
-"""The miner: tasks from a real PyPI sdist, verified by running its own tests.
+"""The miner: tasks from a real project (a PyPI sdist or a local directory), verified by its own tests.
 
-    opencomposer tasks mine (--sdist PATH | --package NAME==VERSION) --out DIR [--max-tasks N]
+    opencomposer tasks mine (--sdist PATH | --package NAME==VERSION | --source DIR) --out DIR [--max-tasks N]
 
-1. Image: the sdist becomes a source layer (build.source_layer, sha256 recorded), the venv an
-   env layer with pytest + coverage pinned (BASE_REQUIREMENTS) plus the package's own test
-   dependencies (PACKAGES), and a .pth file that puts the source tree on sys.path (no build
-   backend needed, and edits to the source are live).
+1. Image: the sdist (or a copy of the local tree: local.py, its files' hash and git commit
+   recorded) becomes a source layer, the venv an env layer with pytest + coverage pinned
+   (BASE_REQUIREMENTS) plus the package's declared runtime and test requirements
+   (metadata.py reads them from its files, deps.py resolves and pins them with pip in a
+   sandbox; PACKAGES adds what metadata cannot say), and a .pth file that puts the source
+   tree on sys.path (no build backend needed, and edits to the source are live). Installed
+   pytest plugins are loaded with -p (the grader turns autoload off).
 2. Coverage map: the test suite runs once in the sandbox with one coverage context per test
    (coverage_map.py); each function body's lines give the passing tests that exercise it.
 3. Candidates:
@@ -27,12 +30,15 @@
    every p2p, gold passes all. Flaky tests are dropped and the task validated again; a task
    that is still invalid is rejected (recorded, and skipped on later runs).
 
-Resumable: task directories already in --out count toward --max-tasks; the coverage map and
-the rejected candidates are kept under $OPENCOMPOSER_CACHE/mine/<package>-<version>/.
-Deterministic for a given sdist, seed and settings.
+Resumable: task directories already in --out count toward --max-tasks; the resolved pins, the
+coverage map and the rejected candidates are kept under $OPENCOMPOSER_CACHE/mine/<package>-<version>-<sha>/.
+Deterministic for a given source, seed and settings (and resolved pins, which are cached).
+Every run writes a report (mine_report.py) to <out>/mining/<package>-<version>.json, also when
+it stops: a package most of whose tests fail on the untouched source for what the sandbox
+cannot give (network, a service, a compiled extension that is not built) is not mined.
 
-Left out: packages with C extensions or network tests, tests outside pytest's collection
-(doctest files), and instructions written by a language model.
+Left out: building C extensions, tests outside pytest's collection (doctest files), and
+instructions written by a language model.
 """
 
 from __future__ import annotations
@@ -43,21 +49,23 @@ import json
 import random
 import re
 import shutil
-import tarfile
-import tempfile
+import time
 import tomllib
-import zipfile
-from dataclasses import asdict, dataclass, field
-from email.parser import Parser
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Iterator
 
 from opencomposer.errors import TaskError
 from opencomposer.sandbox.base import Backend, Image
-from opencomposer.tasks.build import _download_sdist, cache_dir, default_backend, env_layer, source_layer
+from opencomposer.tasks.build import cache_dir, default_backend, env_layer, source_layer
 from opencomposer.tasks.coverage_map import FunctionCoverage, TestRun, coverage_map, run_tests
+from opencomposer.tasks.deps import Resolution, pytest_plugin_args, resolve
 from opencomposer.tasks.grade import is_protected
 from opencomposer.tasks.instruction import bug_instruction, feature_instruction
+from opencomposer.tasks.local import git_commit, local_source_layer, tree_files, tree_hash
+from opencomposer.tasks.metadata import declared_requirements, norm, project_identity
+from opencomposer.tasks.mine_report import MineReport, compiled_sources, failure_reasons, sandbox_blocker
+from opencomposer.tasks.sdist import fetch_sdist, find_test_paths, pth_setup, sdist_metadata
 from opencomposer.tasks.smoke import REQUIREMENTS as PYTEST_REQUIREMENTS
 from opencomposer.tasks.task import (BREAK_PATCH, GOLD_PATCH, HIDDEN_DIR, SUITE_FILE, Environment, Source, Stats,
                                      Suite, SuiteSpec, Task, TaskSpec, TaskTests, patch_stats, tree_diff)
@@ -68,16 +76,24 @@ MINER_VERSION = "1"
 CREATED = "2026-01-01T00:00:00Z"
 BASE_REQUIREMENTS = [*PYTEST_REQUIREMENTS, "coverage==7.17.5"]
 """Every mined task's venv: pytest (with its dependencies) and coverage, pinned."""
+LEGACY_BASE = ["pytest==8.4.2", "coverage==7.17.5"]
+"""For test suites that use what pytest 9 removed (flask 3.1's `_pytest.monkeypatch.notset`):
+the last pytest 8, its own dependencies resolved with the package's."""
+_PYTEST_INTERNALS = re.compile(r"_pytest|module 'pytest' has no attribute|from 'pytest'|PytestRemovedIn")
+
+
+class PytestTooNew(TaskError):
+    """Most of the untouched source's tests fail inside pytest's own API: retry with LEGACY_BASE."""
 MIN_PASSING = 20
 """Fewer passing tests than this cannot separate a feature's tests from the rest."""
 
 
 @dataclass(frozen=True)
 class PackageConfig:
-    """What a package's tests need beyond BASE_REQUIREMENTS."""
+    """What a package's tests need that its metadata does not say (metadata.py reads the rest)."""
 
     requirements: tuple[str, ...] = ()
-    """Extra pinned test dependencies."""
+    """Extra test dependencies, resolved together with the declared ones."""
     tests: tuple[str, ...] = ()
     """Paths given to pytest; () finds tests/, test/ or <package>/tests."""
     pytest_args: tuple[str, ...] = ()
@@ -127,62 +143,6 @@ class Settings:
     failure costs the grader a formatted traceback, and thousands make grading time out."""
     runs: int = 2
     """Validation repeats (flakiness)."""
-
-
-# ---------------------------------------------------------------- the sdist
-
-
-def norm(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
-def sdist_metadata(archive: Path) -> tuple[str, str]:
-    """(Name, Version) from the sdist's top-level PKG-INFO."""
-    if archive.name.endswith(".zip"):
-        with zipfile.ZipFile(archive) as z:
-            names = [n for n in z.namelist() if n.count("/") == 1 and n.endswith("/PKG-INFO")]
-            text = z.read(names[0]).decode() if names else ""
-    else:
-        with tarfile.open(archive) as t:
-            member = next((m for m in t.getmembers() if m.name.count("/") == 1 and m.name.endswith("/PKG-INFO")), None)
-            text = t.extractfile(member).read().decode() if member else ""
-    meta = Parser().parsestr(text)
-    if not meta.get("Name") or not meta.get("Version"):
-        raise TaskError(f"{archive}: no PKG-INFO with Name and Version at the top level; is it an sdist?")
-    return meta["Name"], meta["Version"]
-
-
-def fetch_sdist(spec: str, backend: Backend) -> Path:
-    """Download NAME==VERSION's sdist (in a sandbox, as build.py does) into the miner's cache."""
-    if "==" not in spec:
-        raise TaskError(f"--package {spec!r}: pin an exact version, e.g. {spec}==1.0")
-    name, version = (s.strip() for s in spec.split("==", 1))
-    dest = cache_dir() / "mine" / "sdists"
-    found = sorted(dest.glob(f"{name.replace('-', '_')}-{version}.*")) + sorted(dest.glob(f"{name}-{version}.*"))
-    if found:
-        return found[0]
-    dest.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory() as tmp:
-        got = _download_sdist(name, version, backend, Path(tmp))
-        target = dest / got.name
-        shutil.copyfile(got, target)
-    return target
-
-
-def find_test_paths(root: Path, package: str) -> list[str]:
-    """The test directories of an unpacked sdist, or [] if it ships no tests."""
-    mod = norm(package).replace("-", "_")
-    for cand in ("tests", "test", "testing", f"{mod}/tests", f"src/{mod}/tests", f"{mod}/test"):
-        if (root / cand).is_dir() and any((root / cand).rglob("test*.py")):
-            return [cand]
-    return []
-
-
-def pth_setup(root: Path) -> str:
-    """The setup command that puts the source tree (src/ layout or flat) on the venv's sys.path."""
-    where = "/workspace/src" if (root / "src").is_dir() else "/workspace"
-    return (f"echo {where} > \"$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()[\"purelib\"])')"
-            "/oc-source.pth\"")
 
 
 # ---------------------------------------------------------------- candidates
@@ -294,53 +254,74 @@ def variant_candidates(cov: dict, sources: dict[str, str], n_tests: int, setting
 # ---------------------------------------------------------------- the miner
 
 
-@dataclass
-class MineReport:
-    package: str
-    version: str
-    tasks: list[str] = field(default_factory=list)
-    """Ids of the tasks in --out for this package (new and already there)."""
-    new: list[str] = field(default_factory=list)
-    rejected: dict[str, str] = field(default_factory=dict)
-    """Candidate id -> why it was rejected (this run and earlier ones)."""
-    tests_total: int = 0
-    tests_passing: int = 0
-
-
 class Miner:
-    """Mines one sdist into task directories under `out`; see the module docstring."""
+    """Mines one project (an unpacked sdist, or a local directory) into task directories under `out`.
 
-    def __init__(self, archive: Path, out: Path, settings: Settings, backend: Backend | None = None,
-                 package_name: str | None = None):
+    `source_root` is the project's source layer; `origin` is what tasks record as their source.
+    """
+
+    def __init__(self, source_root: Path, origin: Source, out: Path, settings: Settings,
+                 backend: Backend | None = None, find_links: Path | None = None,
+                 base: list[str] = BASE_REQUIREMENTS):
         self.backend = backend or default_backend()
-        self.archive, self.out, self.settings = Path(archive), Path(out), settings
-        self.name, self.version = sdist_metadata(self.archive)
-        if package_name:
-            self.name = package_name
-        self.sha256 = hashlib.sha256(self.archive.read_bytes()).hexdigest()
-        self.source = source_layer(self.name, self.version, self.sha256, sdist=self.archive, backend=self.backend)
+        self.base = list(base)
+        self.find_links = Path(find_links).resolve() if find_links else None
+        self.out, self.settings, self.origin = Path(out), settings, origin
+        self.name, self.version, self.sha256 = origin.package, origin.version, origin.sha256
+        self.source = Path(source_root)
         self.config = PACKAGES.get(norm(self.name), PackageConfig())
         self.test_paths = list(self.config.tests) or find_test_paths(self.source, self.name)
         if not self.test_paths or not any((self.source / p).exists() for p in self.test_paths):
             raise TaskError(f"{self.name}=={self.version}: its sdist ships no test suite (no tests/, test/ or "
                             f"<package>/tests with test_*.py files); the miner needs the tests in the sdist. "
                             f"Pick another version or package, or name the test paths in mine.PACKAGES.")
-        if norm(self.name) in {norm(r.split("==")[0]) for r in [*BASE_REQUIREMENTS, *self.config.requirements]}:
+        if norm(self.name) in {norm(r.split("==")[0]) for r in BASE_REQUIREMENTS}:
             raise TaskError(f"{self.name}: the test venv already installs it (a dependency of pytest or of the "
                             f"tests), which would shadow the source under test; mine another package")
-        self.env = Environment(requirements=[*BASE_REQUIREMENTS, *self.config.requirements],
-                               setup=[pth_setup(self.source)], pytest_args=list(self.config.pytest_args))
         self.state_dir = cache_dir() / "mine" / f"{norm(self.name)}-{self.version}-{self.sha256[:12]}"
         self.state_dir.mkdir(parents=True, exist_ok=True)
+        self.compiled = compiled_sources(self.source, self.test_paths)
+        self.declared = declared_requirements(self.source, self.name)
+        self.resolution = self.resolve()
+        setup = [pth_setup(self.source)]
+        if self.resolution.self_required:  # a test dependency pulls in the package itself: it would shadow the source
+            setup.insert(0, f".venv/bin/pip uninstall -y --disable-pip-version-check {self.name}")
+        self.env = Environment(requirements=self.resolution.pins, setup=setup,
+                               pytest_args=list(self.config.pytest_args),
+                               find_links=str(self.find_links) if self.find_links else None)
+        self._image: Image | None = None
 
-    # -- image and baseline
+    # -- requirements, image and baseline
+
+    def resolve(self) -> Resolution:
+        """Pins for the declared requirements (cached: re-mining must not pick up new releases)."""
+        base = [*self.base, *self.config.requirements]
+        key = hashlib.sha256(json.dumps([base, asdict(self.declared)]).encode()).hexdigest()
+        path = self.state_dir / "resolution.json"
+        if path.is_file():
+            data = json.loads(path.read_text())
+            if data.get("key") == key:
+                return Resolution(**data["resolution"])
+        res = resolve(base, self.declared, self.name, self.backend, self.find_links)
+        path.write_text(json.dumps({"key": key, "resolution": asdict(res)}, indent=1))
+        return res
 
     def image(self) -> Image:
-        env = env_layer(self.env.requirements, setup=self.env.setup, source=self.source, backend=self.backend)
-        return self.backend.image([self.source, env])
+        """The source + venv image; building the venv also finds the pytest plugins to load."""
+        if self._image is None:
+            try:
+                env = env_layer(self.env.requirements, setup=self.env.setup, source=self.source,
+                                backend=self.backend, find_links=self.find_links)
+            except TaskError as e:
+                raise TaskError(f"{self.name}=={self.version}: its requirements do not install in the sandbox "
+                                f"(a compiled extension without its compiler or headers?): {e}") from None
+            self.env.pytest_args = [*pytest_plugin_args(env, self.backend), *self.config.pytest_args]
+            self._image = self.backend.image([self.source, env])
+        return self._image
 
     def baseline(self) -> TestRun:
         """The coverage run on the untouched sdist (cached)."""
+        self.image()
         path = self.state_dir / "baseline.json"
         key = hashlib.sha256(json.dumps([self.env.model_dump(), self.test_paths]).encode()).hexdigest()
         if path.is_file():
@@ -353,10 +334,21 @@ class Miner:
         finally:
             ws.close()
         run.outcomes = {t: o for t, o in run.outcomes.items() if ".py::" in t}
+        failing = [e for t, e in run.errors.items() if run.outcomes.get(t, "error") in ("failed", "error")]
+        if self.base != LEGACY_BASE and len(run.passed()) < len(failing) \
+                and sum(bool(_PYTEST_INTERNALS.search(e)) for e in failing) > len(failing) / 2:
+            raise PytestTooNew(f"{self.name}=={self.version}: its tests use pytest internals that "
+                               f"{self.base[0]} no longer has: {failing[0][-200:]}")
+        reasons = failure_reasons(run.errors, run.outcomes, self.name, self.compiled)
+        uncollected = sum(n for k, n in reasons.items() if k.startswith("file does not collect"))
+        blocker = sandbox_blocker(reasons, len(run.outcomes) + uncollected)
+        if blocker:
+            raise TaskError(f"{self.name}=={self.version}: not mined: {blocker}")
         if len(run.passed()) < MIN_PASSING:
+            why = ", ".join(f"{k} ({n})" for k, n in reasons.most_common(5)) or "no failures recorded"
             raise TaskError(f"{self.name}=={self.version}: only {len(run.passed())} tests pass on the unmodified "
-                            f"sdist, fewer than {MIN_PASSING} (missing test dependencies? add them to "
-                            f"mine.PACKAGES):\n{run.log}")
+                            f"source, fewer than {MIN_PASSING}; failing: {why} (a test dependency the metadata "
+                            f"does not name? add it to mine.PACKAGES):\n{run.log[-1500:]}")
         path.write_text(json.dumps({"key": key, "run": run.to_json()}))
         return run
 
@@ -375,23 +367,33 @@ class Miner:
 
     # -- candidates -> tasks
 
-    def run(self, progress: bool = True) -> MineReport:
+    def run(self, report: MineReport, progress: bool = True) -> MineReport:
+        """Mine into self.out, filling `report` as it goes (so a failure leaves what was learned)."""
         from rich.console import Console
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
         s = self.settings
-        report = MineReport(self.name, self.version)
+        report.compiled = self.compiled
+        report.requirements = {**report.requirements, "runtime": self.declared.runtime, "test": self.declared.test,
+                               "origins": self.declared.origins, "skipped": self.declared.skipped,
+                               "pins": self.resolution.pins, "dropped": self.resolution.dropped,
+                               "pytest_args": self.env.pytest_args}
         self.out.mkdir(parents=True, exist_ok=True)
         rejected_file = self.state_dir / "rejected.json"
         rejected: dict[str, str] = json.loads(rejected_file.read_text()) if rejected_file.is_file() else {}
         baseline = self.baseline()
+        report.requirements["pytest_args"] = self.env.pytest_args
         report.tests_total, report.tests_passing = len(baseline.outcomes), len(baseline.passed())
+        report.failing = dict(failure_reasons(baseline.errors, baseline.outcomes, self.name, self.compiled)
+                              .most_common())
         sources = self.sources(baseline)
         cov = coverage_map(baseline, sources)
         rng = random.Random(s.seed)
         features = feature_candidates(cov, len(baseline.passed()), s, rng, limit=4 * s.max_tasks)
         variants = variant_candidates(cov, sources, len(baseline.passed()), s, rng)
         quota = {"feature": s.max_tasks - s.variants, "variant": s.variants}
+        if not features:  # a one-module package has no feature (they span two files): variants fill in
+            quota = {"feature": 0, "variant": s.max_tasks}
         have = {"feature": 0, "variant": 0}
         image = None
         columns = (TextColumn("mine {task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
@@ -414,6 +416,7 @@ class Miner:
                         why = self.make_task(cand, tid, baseline, sources, cov, image)
                     except (TaskError, KeyError, ValueError, SyntaxError) as e:
                         why = f"{type(e).__name__}: {e}"[:500]
+                    report.tried[tid] = why or "valid"
                     if why:
                         rejected[tid] = why
                         rejected_file.write_text(json.dumps(rejected, indent=1))
@@ -505,7 +508,7 @@ class Miner:
         lines, files = patch_stats(gold)
         Task(path, TaskSpec(
             id=tid, instruction=instruction, created=CREATED,
-            source=Source(kind="pypi", package=self.name, version=self.version, sha256=self.sha256),
+            source=self.origin,
             tests=TaskTests(fail_to_pass=f2p, pass_to_pass=p2p),
             environment=self.env,
             stats=Stats(gold_lines_changed=lines, gold_files_changed=files, instruction_chars=len(instruction)),
@@ -527,17 +530,50 @@ class Miner:
         Suite(self.out, spec, []).save()
 
 
-def mine(out: Path, *, package: str | None = None, sdist: Path | None = None, settings: Settings | None = None,
-         backend: Backend | None = None, progress: bool = True) -> MineReport:
-    """Mine one package (NAME==VERSION from PyPI, or a local sdist) into task dirs under `out`."""
-    if (package is None) == (sdist is None):
-        raise TaskError("give exactly one of --package NAME==VERSION or --sdist PATH")
+def mine(out: Path, *, package: str | None = None, sdist: Path | None = None, source: Path | None = None,
+         settings: Settings | None = None, backend: Backend | None = None, find_links: Path | None = None,
+         progress: bool = True) -> MineReport:
+    """Mine one project into task dirs under `out`: NAME==VERSION from PyPI, a local sdist, or a
+    local project directory (`source`, recorded by path, tree hash and git commit)."""
+    if sum(x is not None for x in (package, sdist, source)) != 1:
+        raise TaskError("give exactly one of --package NAME==VERSION, --sdist PATH or --source DIR")
     backend = backend or default_backend()
-    name = None
-    if package:
-        name = package.split("==")[0].strip()
-        sdist = fetch_sdist(package, backend)
-    elif not Path(sdist).is_file():
-        raise TaskError(f"--sdist {sdist}: no such file")
-    miner = Miner(Path(sdist), Path(out), settings or Settings(), backend, package_name=name)
-    return miner.run(progress=progress)
+    if source is not None:
+        root = Path(source).resolve()
+        if not root.is_dir():
+            raise TaskError(f"--source {source}: not a directory")
+        name, version = project_identity(root)
+        files = tree_files(root)
+        if not files:
+            raise TaskError(f"--source {source}: no files (an empty directory, or everything is git-ignored)")
+        origin = Source(kind="local", package=name, version=version, sha256=tree_hash(root, files),
+                        path=str(root), commit=git_commit(root))
+        layer = local_source_layer(root, name, version, origin.sha256)
+    else:
+        name = None
+        if package:
+            name = package.split("==")[0].strip()
+            sdist = fetch_sdist(package, backend)
+        elif not Path(sdist).is_file():
+            raise TaskError(f"--sdist {sdist}: no such file")
+        meta_name, version = sdist_metadata(Path(sdist))
+        sha = hashlib.sha256(Path(sdist).read_bytes()).hexdigest()
+        origin = Source(kind="pypi", package=name or meta_name, version=version, sha256=sha)
+        layer = source_layer(origin.package, version, sha, sdist=Path(sdist), backend=backend)
+    report = MineReport(origin.package, origin.version, source=origin.model_dump(exclude_none=True))
+    start = time.monotonic()
+    try:
+        try:
+            miner = Miner(layer, origin, Path(out), settings or Settings(), backend, find_links=find_links)
+            return miner.run(report, progress=progress)
+        except PytestTooNew as e:
+            report.requirements["retried"] = f"{e}; mined with {LEGACY_BASE[0]} instead"
+            miner = Miner(layer, origin, Path(out), settings or Settings(), backend, find_links=find_links,
+                          base=LEGACY_BASE)
+            return miner.run(report, progress=progress)
+    except TaskError as e:
+        report.error = str(e)
+        raise
+    finally:
+        report.duration_s = round(time.monotonic() - start, 1)
+        report.write(Path(out))

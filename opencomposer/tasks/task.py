@@ -58,18 +58,25 @@ class _Strict(BaseModel):
 class Source(_Strict):
     """Where the task's code comes from."""
 
-    kind: Literal["pypi", "generated"]
-    """"pypi": an sdist from PyPI plus break.patch; "generated": a workspace/ tree in the task."""
+    kind: Literal["pypi", "generated", "local"]
+    """"pypi": an sdist from PyPI plus break.patch; "generated": a workspace/ tree in the task;
+    "local": a project directory on this machine (`path`) plus break.patch."""
     package: str
     """Distribution name on PyPI (or the generated project's package name)."""
     version: str
     """Exact version (pypi) or the generator's version (generated)."""
     sha256: str
-    """sha256 of the sdist file, or "generated"."""
+    """sha256 of the sdist file, "generated", or the local tree's hash (local.tree_hash)."""
+    path: str | None = None
+    """local: the project directory the task was mined from."""
+    commit: str | None = None
+    """local: its git HEAD when mined, if it is a git checkout."""
 
     @model_validator(mode="after")
     def _check_sha(self) -> "Source":
-        if self.kind == "pypi" and (len(self.sha256) != 64 or not all(c in "0123456789abcdef" for c in self.sha256)):
+        if self.kind == "local" and not self.path:
+            raise ValueError("a local source needs path (the project directory)")
+        if self.kind in ("pypi", "local") and (len(self.sha256) != 64 or not all(c in "0123456789abcdef" for c in self.sha256)):
             raise ValueError("sha256 must be the 64 lowercase hex digits of the sdist for a pypi source")
         if self.kind == "generated" and self.sha256 != "generated":
             raise ValueError('sha256 must be "generated" for a generated source')
@@ -108,6 +115,8 @@ class Environment(_Strict):
     """How a person (or the agent) runs the visible tests; the grader uses its own hardened command."""
     pytest_args: list[str] = []
     """Extra arguments the grader passes to pytest (e.g. ["-p", "pytester"]); plugin autoload is off."""
+    find_links: str | None = None
+    """A directory of wheels/sdists pip may install requirements from besides PyPI (a local project's)."""
 
     @model_validator(mode="after")
     def _check_pins(self) -> "Environment":
@@ -173,7 +182,7 @@ class Task:
         """Write task.toml (other files are written by whoever creates the task)."""
         path = Path(path or self.path)
         path.mkdir(parents=True, exist_ok=True)
-        data = self.spec.model_dump(mode="json")
+        data = self.spec.model_dump(mode="json", exclude_none=True)  # TOML has no null
         (path / TASK_FILE).write_text(tomli_w.dumps(data, multiline_strings=True))
         self.path = path
         return path

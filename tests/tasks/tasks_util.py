@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import zipfile
 from pathlib import Path
 
 from opencomposer.sandbox.base import Limits
@@ -34,3 +37,23 @@ def naive_run(task: Task, patch: str, backend) -> bool:
         return ws.exec(".venv/bin/python -m pytest -q -p no:cacheprovider tests", limits=Limits(timeout_s=60)).ok
     finally:
         ws.close()
+
+
+def wheel(dest, name: str, version: str, files: dict[str, str]):
+    """A minimal pure-Python wheel (PEP 427), written directly: no build backend, no network."""
+    dist = f"{name.replace('-', '_')}-{version}"
+    contents = dict(files)
+    contents[f"{dist}.dist-info/METADATA"] = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
+    contents[f"{dist}.dist-info/WHEEL"] = "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+    record = []
+    for rel, text in contents.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=").decode()
+        record.append(f"{rel},sha256={digest},{len(text.encode())}")
+    record.append(f"{dist}.dist-info/RECORD,,")
+    contents[f"{dist}.dist-info/RECORD"] = "\n".join(record) + "\n"
+    dest.mkdir(parents=True, exist_ok=True)
+    path = dest / f"{dist}-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w") as z:
+        for rel, text in contents.items():
+            z.writestr(rel, text)
+    return path
