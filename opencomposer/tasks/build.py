@@ -34,11 +34,8 @@ Left out: wheels-only packages (the source must be an sdist), non-Python build s
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
 import json
-import os
 import shutil
 import subprocess
 import tarfile
@@ -50,20 +47,16 @@ from pathlib import Path
 
 from opencomposer.errors import TaskError
 from opencomposer.sandbox.base import Backend, Image, Limits, Workspace
+from opencomposer.tasks.cache import cache_dir, locked
+from opencomposer.tasks.local import local_source_layer
 from opencomposer.tasks.task import Task
 
 SYSTEM_PYTHON = "/usr/bin/python3"
 FIND_LINKS = ".oc-find-links"
 """Where a --find-links directory appears inside a build sandbox (/workspace/.oc-find-links)."""
 BUILD_LIMITS = Limits(timeout_s=900, memory_mb=4096, pids=1024, network=True, output_bytes=200_000)
-_thread_locks: dict[str, threading.Lock] = {}
 _task_images: dict[tuple[str, str], Image] = {}
 _guard = threading.Lock()
-
-
-def cache_dir() -> Path:
-    """Where built layers live: $OPENCOMPOSER_CACHE or ~/.cache/opencomposer."""
-    return Path(os.environ.get("OPENCOMPOSER_CACHE") or "~/.cache/opencomposer").expanduser()
 
 
 def default_backend() -> Backend:
@@ -76,21 +69,6 @@ def default_backend() -> Backend:
 def _python_version() -> str:
     return subprocess.run([SYSTEM_PYTHON, "-c", "import sys; print(sys.version)"],
                           capture_output=True, text=True, check=True).stdout.strip()
-
-
-@contextlib.contextmanager
-def _locked(key: str):
-    """Serialize builders of one cache entry: a thread lock (flock is per process) + a file lock."""
-    with _guard:
-        tlock = _thread_locks.setdefault(key, threading.Lock())
-    lock_dir = cache_dir() / "locks"
-    lock_dir.mkdir(parents=True, exist_ok=True)
-    with tlock, open(lock_dir / f"{key}.lock", "w") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def _check(res, what: str) -> None:
@@ -123,7 +101,7 @@ def source_layer(package: str, version: str, sha256: str, *, backend: Backend | 
     dest = cache_dir() / "sources" / key / "layer"
     if dest.is_dir():
         return dest
-    with _locked(f"source-{key}"):
+    with locked(f"source-{key}"):
         if dest.is_dir():
             return dest
         dest.parent.mkdir(parents=True, exist_ok=True)
@@ -199,7 +177,7 @@ def env_layer(requirements: list[str], *, setup: list[str] = (), source: Path | 
     dest = cache_dir() / "envs" / key / "layer"
     if dest.is_dir():
         return dest
-    with _locked(f"env-{key}"):
+    with locked(f"env-{key}"):
         if dest.is_dir():
             return dest
         dest.parent.mkdir(parents=True, exist_ok=True)
@@ -235,7 +213,7 @@ def find_links_layer(path: Path) -> Path:
         digest.update(f.name.encode() + b"\0" + hashlib.sha256(f.read_bytes()).digest())
     dest = cache_dir() / "find-links" / digest.hexdigest()[:20] / "layer"
     if not dest.is_dir():
-        with _locked(f"links-{dest.parent.name}"):
+        with locked(f"links-{dest.parent.name}"):
             if not dest.is_dir():
                 tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=_mkdir(dest.parent)))
                 (tmp / FIND_LINKS).mkdir()
@@ -271,7 +249,6 @@ def base_image(task: Task, backend: Backend | None = None) -> Image:
         return backend.image([env_layer(env.requirements, backend=backend)])
     src = task.spec.source
     if src.kind == "local":
-        from opencomposer.tasks.local import local_source_layer
 
         source = local_source_layer(Path(src.path), src.package, src.version, src.sha256)
     else:

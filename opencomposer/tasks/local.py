@@ -23,7 +23,7 @@ import tempfile
 from pathlib import Path
 
 from opencomposer.errors import TaskError
-from opencomposer.tasks.build import _locked, cache_dir
+from opencomposer.tasks.cache import cache_dir, locked
 
 SKIP_DIRS = {".git", ".hg", ".svn", ".venv", "venv", "__pycache__", ".tox", ".nox", ".mypy_cache",
              ".pytest_cache", ".ruff_cache", "build", "dist", "node_modules", ".eggs"}
@@ -83,7 +83,7 @@ def local_source_layer(path: Path, package: str, version: str, sha256: str) -> P
     if not path.is_dir():
         raise TaskError(f"{path}: the task's local source directory is gone (and not in the cache); "
                         f"restore it at that path")
-    with _locked(f"source-{key}"):
+    with locked(f"source-{key}"):
         if dest.is_dir():
             return dest
         dest.parent.mkdir(parents=True, exist_ok=True)

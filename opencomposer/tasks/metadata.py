@@ -40,6 +40,12 @@ from pathlib import Path
 from packaging.markers import InvalidMarker, Marker, UndefinedEnvironmentName
 from packaging.requirements import InvalidRequirement, Requirement
 
+from opencomposer.tasks.smoke import REQUIREMENTS as PYTEST_REQUIREMENTS
+
+BASE_REQUIREMENTS = [*PYTEST_REQUIREMENTS, "coverage==7.17.5"]
+"""Every mined task's venv: pytest (with its dependencies) and coverage, pinned; declared test
+requirements naming one of these are left to the pin."""
+
 TEST_NAMES = {"test", "tests", "testing", "hatch-test", "pytest", "unittest", "unittests"}
 DEV_NAMES = {"dev", "develop", "development", "all", "ci"}
 TOOLS = {
@@ -339,8 +345,6 @@ class _Reader:
         else:  # nothing says "test": every extra and the dev tooling, minus the tools
             chosen = [(f"extra {e}", self.extra(e)) for e in sorted({e for ex in self.extras.values() for e in ex})]
             chosen += [(o, [r for line in reqs for r in self.keep(line)]) for o, reqs in self.dev.items()]
-        from opencomposer.tasks.mine import BASE_REQUIREMENTS
-
         base = {norm(r.split("==")[0]) for r in BASE_REQUIREMENTS}
         for origin, reqs in chosen:
             d.origins.append(origin)

@@ -57,16 +57,16 @@ from typing import Iterator
 
 from opencomposer.errors import TaskError
 from opencomposer.sandbox.base import Backend, Image
-from opencomposer.tasks.build import cache_dir, default_backend, env_layer, source_layer
+from opencomposer.tasks.build import default_backend, env_layer, source_layer
+from opencomposer.tasks.cache import cache_dir
 from opencomposer.tasks.coverage_map import FunctionCoverage, TestRun, coverage_map, run_tests
 from opencomposer.tasks.deps import Resolution, pytest_plugin_args, resolve
 from opencomposer.tasks.grade import is_protected
 from opencomposer.tasks.instruction import bug_instruction, feature_instruction
 from opencomposer.tasks.local import git_commit, local_source_layer, tree_files, tree_hash
-from opencomposer.tasks.metadata import declared_requirements, norm, project_identity
+from opencomposer.tasks.metadata import BASE_REQUIREMENTS, declared_requirements, norm, project_identity
 from opencomposer.tasks.mine_report import MineReport, compiled_sources, failure_reasons, sandbox_blocker
 from opencomposer.tasks.sdist import fetch_sdist, find_test_paths, pth_setup, sdist_metadata
-from opencomposer.tasks.smoke import REQUIREMENTS as PYTEST_REQUIREMENTS
 from opencomposer.tasks.task import (BREAK_PATCH, GOLD_PATCH, HIDDEN_DIR, SUITE_FILE, Environment, Source, Stats,
                                      Suite, SuiteSpec, Task, TaskSpec, TaskTests, patch_stats, tree_diff)
 from opencomposer.tasks.transform import KINDS, mutate, mutation_sites, remove_bodies, remove_tests
@@ -74,8 +74,6 @@ from opencomposer.tasks.validate import validate_task
 
 MINER_VERSION = "1"
 CREATED = "2026-01-01T00:00:00Z"
-BASE_REQUIREMENTS = [*PYTEST_REQUIREMENTS, "coverage==7.17.5"]
-"""Every mined task's venv: pytest (with its dependencies) and coverage, pinned."""
 LEGACY_BASE = ["pytest==8.4.2", "coverage==7.17.5"]
 """For test suites that use what pytest 9 removed (flask 3.1's `_pytest.monkeypatch.notset`):
 the last pytest 8, its own dependencies resolved with the package's."""

@@ -15,7 +15,8 @@ from pathlib import Path
 
 from opencomposer.errors import TaskError
 from opencomposer.sandbox.base import Backend
-from opencomposer.tasks.build import _download_sdist, cache_dir
+from opencomposer.tasks.build import _download_sdist
+from opencomposer.tasks.cache import cache_dir
 from opencomposer.tasks.metadata import norm
 
 
