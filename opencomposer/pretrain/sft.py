@@ -379,24 +379,6 @@ def prepare_data(cfg: SFTConfig, tok: Tokenizer, console: Console, backend=None)
     return ex
 
 
-@dataclass
-class _Run:
-    """What the loop works on (`_set_up`)."""
-
-    run_dir: Path
-    config_yaml: str
-    tok: Tokenizer
-    data: Examples
-    val: list[tuple[np.ndarray, np.ndarray]]
-    order: "_ExampleOrder"
-    pad: int
-    model: Transformer
-    optimizer: torch.optim.AdamW
-    step: int
-    """The step to start from (that of the checkpoint resumed from, else 0)."""
-    resumed: bool
-
-
 class _ExampleOrder:
     """The training examples in a seeded shuffle per epoch; (epoch, index) is the cursor a checkpoint keeps."""
 
@@ -417,6 +399,25 @@ class _ExampleOrder:
             out.append(int(self.perm[self.index]))
             self.index += 1
         return out
+
+
+@dataclass
+class _Run:
+    """What the loop works on (`_set_up`)."""
+
+    run_dir: Path
+    config_yaml: str
+    tok: Tokenizer
+    data: Examples
+    val: list[tuple[np.ndarray, np.ndarray]]
+    order: _ExampleOrder
+    pad: int
+    model: Transformer
+    device: torch.device
+    optimizer: torch.optim.AdamW
+    step: int
+    """The step to start from (that of the checkpoint resumed from, else 0)."""
+    resumed: bool
 
 
 def _split(data: Examples, val_examples: int, seed: int) -> tuple[list[tuple[np.ndarray, np.ndarray]], np.ndarray]:
@@ -446,7 +447,7 @@ def _load_model(cfg: SFTConfig, found: Path | None, tok: Tokenizer,
     return model, state
 
 
-def _set_up(cfg: SFTConfig, resume: bool, console: Console, backend) -> tuple[_Run, torch.device]:
+def _set_up(cfg: SFTConfig, resume: bool, console: Console, backend) -> _Run:
     """Threads, determinism, the run directory, the examples, model and optimizer (resumed from the
     newest checkpoint when there is one)."""
     if cfg.run.num_threads:
@@ -465,8 +466,8 @@ def _set_up(cfg: SFTConfig, resume: bool, console: Console, backend) -> tuple[_R
     if state:
         optimizer.load_state_dict(state["optimizer"])
     order = _ExampleOrder(train_idx, cfg.run.seed, int(state.get("epoch", 0)), int(state.get("index", 0)))
-    return _Run(run_dir, config_yaml, tok, data, val, order, pad, model, optimizer, int(state.get("step", 0)),
-                resumed=found is not None), device
+    return _Run(run_dir, config_yaml, tok, data, val, order, pad, model, device, optimizer, int(state.get("step", 0)),
+                resumed=found is not None)
 
 
 def _train_step(r: _Run, cfg: SFTConfig, batch: list[tuple[np.ndarray, np.ndarray]],
@@ -505,14 +506,14 @@ def train_sft(cfg: SFTConfig, *, resume: bool = False, console: Console | None =
               on_step: Callable[[int, dict], None] | None = None) -> dict[str, Any]:
     """Run (or continue, with resume) the SFT run `cfg`; returns a summary with the model dir."""
     console = console or Console()
-    r, device = _set_up(cfg, resume, console, backend)
+    r = _set_up(cfg, resume, console, backend)
     step, run_dir = r.step, r.run_dir
     metrics = MetricsWriter(run_dir, tensorboard=False, resume_step=step if r.resumed else None)
     last_val = evaluate(r.model, r.val, r.pad, cfg.batch_size) if r.val and step == 0 else None
     if last_val is not None:
         metrics.write(0, {"val_loss": last_val})
     console.print(f"[bold]sft[/] {run_dir}: {sum(p.numel() for p in r.model.parameters()) / 1e6:.1f}M parameters "
-                  f"on {device}, "
+                  f"on {r.device}, "
                   f"{len(r.order.train_idx)} train / {len(r.val)} val examples, {cfg.steps} steps of {cfg.batch_size}"
                   + (f", resuming at step {step}" if step else "")
                   + (f"; val loss {last_val:.4f}" if last_val is not None else ""))

@@ -363,6 +363,13 @@ class _TokenRate:
         return rate
 
 
+def _print_start(r: _Run, step: int, console: Console) -> None:
+    n_params = sum(p.numel() for p in r.model.parameters())
+    console.print(f"[bold]pretrain[/] {r.run_dir}: {n_params / 1e6:.1f}M parameters, "
+                  f"{r.corpus.meta['train_tokens']:,} train / {r.corpus.meta['val_tokens']:,} held-out tokens, "
+                  f"world size {r.d.world}" + (f", resuming at step {step}" if step else ""))
+
+
 def _log_step(r: _Run, record: dict[str, Any], metrics: MetricsWriter | None, console: Console) -> None:
     if metrics is not None:
         metrics.write(record["step"], record)
@@ -415,10 +422,7 @@ def train(cfg: PretrainConfig, *, resume: bool = False,
     metrics = MetricsWriter(r.run_dir, tensorboard=cfg.log.tensorboard, resume_step=step if r.resumed else None) \
         if d.main else None
     if d.main:
-        n_params = sum(p.numel() for p in r.model.parameters())
-        console.print(f"[bold]pretrain[/] {r.run_dir}: {n_params / 1e6:.1f}M parameters, "
-                      f"{r.corpus.meta['train_tokens']:,} train / {r.corpus.meta['val_tokens']:,} held-out tokens, "
-                      f"world size {d.world}" + (f", resuming at step {step}" if step else ""))
+        _print_start(r, step, console)
     phase_idx, last_eval = -1, {}
     saved_step = step if r.resumed else -1
     rate = _TokenRate(tokens_seen)
@@ -433,9 +437,10 @@ def train(cfg: PretrainConfig, *, resume: bool = False,
             values, grad_norm = _train_step(r, batches.next(), accum, lr, use_mtp)
             step += 1
             tokens_seen += phase.batch_size * phase.seq_len
-            record = {"step": step, "phase": phase.name, "loss": values["loss_main"] + cfg.mtp.weight * values["loss_mtp"],
-                      **values, "lr": lr, "grad_norm": grad_norm, "tokens": tokens_seen,
-                      "tokens_per_s": rate(tokens_seen), "mtp_on": use_mtp}
+            record = {"step": step, "phase": phase.name,
+                      "loss": values["loss_main"] + cfg.mtp.weight * values["loss_mtp"], **values, "lr": lr,
+                      "grad_norm": grad_norm, "tokens": tokens_seen, "tokens_per_s": rate(tokens_seen),
+                      "mtp_on": use_mtp}
             _log_step(r, record, metrics, console)
             if step % cfg.eval_every == 0 or pstep + 1 == phase.steps:
                 last_eval = _evaluate_and_log(r, step, phase, micro, use_mtp, metrics, console)
