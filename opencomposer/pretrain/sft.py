@@ -48,6 +48,7 @@ import hashlib
 import json
 import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -70,7 +71,7 @@ from opencomposer.model.mtp import mtp_loss
 from opencomposer.model.tokenizer import Tokenizer, load_tokenizer
 from opencomposer.pretrain import checkpoint as ckpt
 from opencomposer.pretrain.config import MTPConfig, PhaseConfig, PretrainOptimConfig
-from opencomposer.pretrain.train import lr_at, make_optimizer
+from opencomposer.pretrain.train import lr_at, make_optimizer, open_run_dir, set_lr, use_deterministic_algorithms
 from opencomposer.tasks.demonstrations import agent_config, collect_trajectories
 from opencomposer.training.metrics import MetricsWriter
 from opencomposer.training.packing import forward_packed, pack
@@ -378,32 +379,58 @@ def prepare_data(cfg: SFTConfig, tok: Tokenizer, console: Console, backend=None)
     return ex
 
 
-def train_sft(cfg: SFTConfig, *, resume: bool = False, console: Console | None = None, backend=None,
-              on_step: Callable[[int, dict], None] | None = None) -> dict[str, Any]:
-    """Run (or continue, with resume) the SFT run `cfg`; returns a summary with the model dir."""
-    console = console or Console()
-    if cfg.run.num_threads:
-        torch.set_num_threads(cfg.run.num_threads)
-    device = resolve_device(cfg.run.device, "run.device")
-    if cfg.deterministic:
-        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # deterministic cuBLAS (pretraining does the same)
-        torch.use_deterministic_algorithms(True, warn_only=True)
-    run_dir = Path(cfg.run.out_dir)
-    found = ckpt.latest_checkpoint(run_dir)
-    if found is not None and not resume:
-        raise ConfigError(f"{run_dir} already holds SFT checkpoints (newest: {found.name}); pass --resume to "
-                          f"continue, or choose another run.out_dir")
-    run_dir.mkdir(parents=True, exist_ok=True)
-    config_yaml = dump_config(cfg)
-    (run_dir / "config.yaml").write_text(config_yaml)
-    tok = load_tokenizer(cfg.tokenizer, checkpoint=cfg.init_from)
-    data = prepare_data(cfg, tok, console, backend)
-    order = np.random.default_rng(cfg.run.seed).permutation(len(data))
-    n_val = min(cfg.data.val_examples, len(data) // 5)
-    val = [data[int(i)] for i in order[:n_val]]
-    train_idx = order[n_val:]
-    pad = tok.pad_id if tok.pad_id is not None else 0
+class _ExampleOrder:
+    """The training examples in a seeded shuffle per epoch; (epoch, index) is the cursor a checkpoint keeps."""
 
+    def __init__(self, train_idx: np.ndarray, seed: int, epoch: int = 0, index: int = 0):
+        self.train_idx, self.seed, self.epoch, self.index = train_idx, seed, epoch, index
+        self.perm = self._shuffle()
+
+    def _shuffle(self) -> np.ndarray:
+        return np.random.default_rng([self.seed, self.epoch]).permutation(self.train_idx)
+
+    def take(self, n: int) -> list[int]:
+        """The next n example indices, going on into the next epoch's order when this one runs out."""
+        out = []
+        while len(out) < n:
+            if self.index >= len(self.perm):
+                self.epoch, self.index = self.epoch + 1, 0
+                self.perm = self._shuffle()
+            out.append(int(self.perm[self.index]))
+            self.index += 1
+        return out
+
+
+@dataclass
+class _Run:
+    """What the loop works on (`_set_up`)."""
+
+    run_dir: Path
+    config_yaml: str
+    tok: Tokenizer
+    data: Examples
+    val: list[tuple[np.ndarray, np.ndarray]]
+    order: _ExampleOrder
+    pad: int
+    model: Transformer
+    device: torch.device
+    optimizer: torch.optim.AdamW
+    step: int
+    """The step to start from (that of the checkpoint resumed from, else 0)."""
+    resumed: bool
+
+
+def _split(data: Examples, val_examples: int, seed: int) -> tuple[list[tuple[np.ndarray, np.ndarray]], np.ndarray]:
+    """(held-out examples, indices of the training ones) after a seeded shuffle; at most a fifth is held out."""
+    order = np.random.default_rng(seed).permutation(len(data))
+    n_val = min(val_examples, len(data) // 5)
+    return [data[int(i)] for i in order[:n_val]], order[n_val:]
+
+
+def _load_model(cfg: SFTConfig, found: Path | None, tok: Tokenizer,
+                device: torch.device) -> tuple[Transformer, dict[str, Any]]:
+    """(model on `device`, trainer state): from the checkpoint `found` with its RNG state restored
+    ({} as state), or init_from's."""
     state: dict[str, Any] = {}
     if found is not None:
         state = ckpt.load_trainer_state(found)
@@ -417,62 +444,98 @@ def train_sft(cfg: SFTConfig, *, resume: bool = False, console: Console | None =
         raise ConfigError(f"the tokenizer has {tok.vocab_size} tokens but the model's vocab_size is "
                           f"{model.config.vocab_size}; set `tokenizer` to the model's own")
     model.to(device).train()
+    return model, state
+
+
+def _set_up(cfg: SFTConfig, resume: bool, console: Console, backend) -> _Run:
+    """Threads, determinism, the run directory, the examples, model and optimizer (resumed from the
+    newest checkpoint when there is one)."""
+    if cfg.run.num_threads:
+        torch.set_num_threads(cfg.run.num_threads)
+    device = resolve_device(cfg.run.device, "run.device")
+    if cfg.deterministic:
+        use_deterministic_algorithms()
+    run_dir, config_yaml = Path(cfg.run.out_dir), dump_config(cfg)
+    found = open_run_dir(run_dir, resume, config_yaml)
+    tok = load_tokenizer(cfg.tokenizer, checkpoint=cfg.init_from)
+    data = prepare_data(cfg, tok, console, backend)
+    val, train_idx = _split(data, cfg.data.val_examples, cfg.run.seed)
+    pad = tok.pad_id if tok.pad_id is not None else 0
+    model, state = _load_model(cfg, found, tok, device)
     optimizer = make_optimizer(model, cfg)
     if state:
         optimizer.load_state_dict(state["optimizer"])
-    step, epoch, index = int(state.get("step", 0)), int(state.get("epoch", 0)), int(state.get("index", 0))
-    metrics = MetricsWriter(run_dir, tensorboard=False, resume_step=step if found is not None else None)
-    perm = np.random.default_rng([cfg.run.seed, epoch]).permutation(train_idx)
-    last_val = evaluate(model, val, pad, cfg.batch_size) if val and step == 0 else None
+    order = _ExampleOrder(train_idx, cfg.run.seed, int(state.get("epoch", 0)), int(state.get("index", 0)))
+    return _Run(run_dir, config_yaml, tok, data, val, order, pad, model, device, optimizer, int(state.get("step", 0)),
+                resumed=found is not None)
+
+
+def _train_step(r: _Run, cfg: SFTConfig, batch: list[tuple[np.ndarray, np.ndarray]],
+                lr: float) -> tuple[torch.Tensor, dict[str, float], float, int]:
+    """One optimizer step on `batch`: (loss, sft_loss's stats, grad norm, tokens in the padded batch)."""
+    set_lr(r.optimizer, lr)
+    ids, mask = collate(batch, r.pad)
+    loss, stats = sft_loss(r.model, ids, mask, cfg.mtp, [len(x) for x, _ in batch])
+    loss.backward()
+    grad_norm = torch.nn.utils.clip_grad_norm_(r.model.parameters(), cfg.optim.grad_clip or float("inf"))
+    r.optimizer.step()
+    r.optimizer.zero_grad(set_to_none=True)
+    return loss, stats, float(grad_norm), int(ids.numel())
+
+
+def _show_step(bar: Progress, job: int, cfg: SFTConfig, record: dict[str, Any], last_val: float | None) -> None:
+    """The progress bar's loss, and a printed line every log.every_steps steps."""
+    step = record["step"]
+    bar.update(job, advance=1, info=f"loss {record['loss_main']:.3f}"
+               + (f" val {last_val:.3f}" if last_val is not None else ""))
+    if step % cfg.log.every_steps == 0 or step == cfg.steps:
+        bar.console.print(f"step {step}/{cfg.steps} loss {record['loss_main']:.4f}"
+                          + (f" mtp {record['loss_mtp']:.3f}" if "loss_mtp" in record else "")
+                          + (f" val {record['val_loss']:.4f}" if "val_loss" in record else "")
+                          + f" lr {record['lr']:.2e} epoch {record['epoch']}")
+
+
+def _save(r: _Run, cfg: SFTConfig, step: int) -> None:
+    """A resumable checkpoint: model, optimizer, the example cursor and the RNG state."""
+    trainer_state = {"step": step, "epoch": r.order.epoch, "index": r.order.index,
+                     "optimizer": r.optimizer.state_dict(), "rng": torch.get_rng_state(), "examples": len(r.data)}
+    ckpt.save_checkpoint(r.run_dir, step, r.model, None, trainer_state, r.config_yaml, r.tok, cfg.checkpoint.keep_last)
+
+
+def train_sft(cfg: SFTConfig, *, resume: bool = False, console: Console | None = None, backend=None,
+              on_step: Callable[[int, dict], None] | None = None) -> dict[str, Any]:
+    """Run (or continue, with resume) the SFT run `cfg`; returns a summary with the model dir."""
+    console = console or Console()
+    r = _set_up(cfg, resume, console, backend)
+    step, run_dir = r.step, r.run_dir
+    metrics = MetricsWriter(run_dir, tensorboard=False, resume_step=step if r.resumed else None)
+    last_val = evaluate(r.model, r.val, r.pad, cfg.batch_size) if r.val and step == 0 else None
     if last_val is not None:
         metrics.write(0, {"val_loss": last_val})
-    console.print(f"[bold]sft[/] {run_dir}: {sum(p.numel() for p in model.parameters()) / 1e6:.1f}M parameters "
-                  f"on {device}, "
-                  f"{len(train_idx)} train / {len(val)} val examples, {cfg.steps} steps of {cfg.batch_size}"
+    console.print(f"[bold]sft[/] {run_dir}: {sum(p.numel() for p in r.model.parameters()) / 1e6:.1f}M parameters "
+                  f"on {r.device}, "
+                  f"{len(r.order.train_idx)} train / {len(r.val)} val examples, {cfg.steps} steps of {cfg.batch_size}"
                   + (f", resuming at step {step}" if step else "")
                   + (f"; val loss {last_val:.4f}" if last_val is not None else ""))
-    t_start, saved = time.perf_counter(), step if found is not None else -1
+    t_start, saved = time.perf_counter(), step if r.resumed else -1
     try:
         with Progress(TextColumn("sft"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[info]}"),
                       TimeElapsedColumn(), console=console) as bar:
             job = bar.add_task("sft", total=cfg.steps, completed=step, info="")
             while step < cfg.steps:
-                batch = []
-                while len(batch) < cfg.batch_size:
-                    if index >= len(perm):
-                        epoch, index = epoch + 1, 0
-                        perm = np.random.default_rng([cfg.run.seed, epoch]).permutation(train_idx)
-                    batch.append(data[int(perm[index])])
-                    index += 1
+                batch = [r.data[i] for i in r.order.take(cfg.batch_size)]
                 lr = lr_at(cfg.phase, step)
-                for group in optimizer.param_groups:
-                    group["lr"] = lr
                 t0 = time.perf_counter()
-                ids, mask = collate(batch, pad)
-                loss, stats = sft_loss(model, ids, mask, cfg.mtp, [len(x) for x, _ in batch])
-                loss.backward()
-                grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.optim.grad_clip or float("inf"))
-                optimizer.step()
-                optimizer.zero_grad(set_to_none=True)
+                loss, stats, grad_norm, tokens = _train_step(r, cfg, batch, lr)
                 step += 1
-                record = {"step": step, "loss": float(loss.detach()), **stats, "lr": lr, "grad_norm": float(grad_norm),
-                          "epoch": epoch, "tokens": int(ids.numel()), "step_s": time.perf_counter() - t0}
-                if step % cfg.eval_every == 0 or step == cfg.steps:
-                    if val:
-                        last_val = record["val_loss"] = evaluate(model, val, pad, cfg.batch_size)
+                record = {"step": step, "loss": float(loss.detach()), **stats, "lr": lr, "grad_norm": grad_norm,
+                          "epoch": r.order.epoch, "tokens": tokens, "step_s": time.perf_counter() - t0}
+                if (step % cfg.eval_every == 0 or step == cfg.steps) and r.val:
+                    last_val = record["val_loss"] = evaluate(r.model, r.val, r.pad, cfg.batch_size)
                 metrics.write(step, record)
-                bar.update(job, advance=1, info=f"loss {stats['loss_main']:.3f}"
-                           + (f" val {last_val:.3f}" if last_val is not None else ""))
-                if step % cfg.log.every_steps == 0 or step == cfg.steps:
-                    bar.console.print(f"step {step}/{cfg.steps} loss {stats['loss_main']:.4f}"
-                                      + (f" mtp {stats['loss_mtp']:.3f}" if "loss_mtp" in stats else "")
-                                      + (f" val {record['val_loss']:.4f}" if "val_loss" in record else "")
-                                      + f" lr {lr:.2e} epoch {epoch}")
+                _show_step(bar, job, cfg, record, last_val)
                 if step % cfg.checkpoint.every_steps == 0 or step == cfg.steps:
-                    trainer_state = {"step": step, "epoch": epoch, "index": index, "optimizer": optimizer.state_dict(),
-                                     "rng": torch.get_rng_state(), "examples": len(data)}
-                    ckpt.save_checkpoint(run_dir, step, model, None, trainer_state, config_yaml, tok,
-                                         cfg.checkpoint.keep_last)
+                    _save(r, cfg, step)
                     saved = step
                 if on_step is not None:
                     on_step(step, record)
@@ -483,4 +546,4 @@ def train_sft(cfg: SFTConfig, *, resume: bool = False, console: Console | None =
     elapsed = time.perf_counter() - t_start
     console.print(f"[bold]done[/]: {step} steps in {elapsed:.0f} s; model in {run_dir / 'model'}")
     return {"run_dir": str(run_dir), "model_dir": str(run_dir / "model"), "steps": step, "train_s": elapsed,
-            "val_loss": last_val, "data": data.meta}
+            "val_loss": last_val, "data": r.data.meta}

@@ -53,7 +53,7 @@ from opencomposer.model import ModelConfig, Transformer, load_pretrained
 from opencomposer.model.model import rope_frequencies
 from opencomposer.model.mtp import mtp_loss
 from opencomposer.model.parallelize import apply_ddp, apply_fsdp
-from opencomposer.model.tokenizer import load_tokenizer
+from opencomposer.model.tokenizer import Tokenizer, load_tokenizer
 from opencomposer.pretrain import checkpoint as ckpt
 from opencomposer.pretrain.config import MTPConfig, PhaseConfig, PretrainConfig, dump_config
 from opencomposer.pretrain.data import Batches, PackedSequences, TokenCorpus, eval_sequences
@@ -206,13 +206,204 @@ def evaluate(runner: nn.Module, tokens: np.ndarray, seq_len: int, n: int, micro:
     return {f"eval_{k}": float(v) for k, v in zip(STATS, total.tolist())}
 
 
+# ---- run set-up (pretraining and SFT) ------------------------------------------------------
+
+def use_deterministic_algorithms() -> None:
+    """Deterministic kernels, so that a resumed run repeats the uninterrupted one."""
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # what deterministic cuBLAS needs
+    torch.use_deterministic_algorithms(True, warn_only=True)
+
+
+def open_run_dir(run_dir: Path, resume: bool, config_yaml: str, write: bool = True) -> Path | None:
+    """The newest checkpoint in run_dir (None: a fresh run), after creating run_dir and writing the
+    resolved config there (`write`: the rank that writes). Without `resume`, a run_dir that holds
+    checkpoints is refused rather than overwritten."""
+    found = ckpt.latest_checkpoint(run_dir)
+    if found is not None and not resume:
+        raise ConfigError(f"{run_dir} already holds checkpoints (newest: {found.name}); pass --resume to "
+                          f"continue that run, or choose another run.out_dir")
+    if write:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / "config.yaml").write_text(config_yaml)
+    return found
+
+
+def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+
+
 # ---- the loop ------------------------------------------------------------------------------
+
+@dataclass
+class _Run:
+    """What the loop works on (`_set_up`)."""
+
+    cfg: PretrainConfig
+    d: DistInfo
+    run_dir: Path
+    tok: Tokenizer
+    corpus: TokenCorpus
+    model: Transformer
+    base: ModelConfig
+    """The model config before any phase's context extension (what checkpoints keep)."""
+    loss_module: PretrainLoss
+    runner: nn.Module
+    """What the loop calls: loss_module, or it wrapped for DDP/FSDP (`wrap`)."""
+    sharded: bool
+    optimizer: torch.optim.AdamW
+    autocast: contextlib.AbstractContextManager
+    state: dict[str, Any]
+    """The trainer state of the checkpoint resumed from ({} for a fresh run)."""
+    resumed: bool
+
 
 def _fresh_model(cfg: PretrainConfig) -> Transformer:
     if cfg.init_from:
         return load_pretrained(cfg.init_from, dtype=torch.float32)
     torch.manual_seed(cfg.run.seed)
     return Transformer(ModelConfig.from_dict(cfg.model_dict()))
+
+
+def _load_corpus(cfg: PretrainConfig, tok: Tokenizer, d: DistInfo) -> TokenCorpus:
+    if d.main:  # one rank tokenizes; the others then find the cache
+        corpus = TokenCorpus.build(cfg.data, tok)
+    d.barrier()
+    if not d.main:
+        corpus = TokenCorpus.build(cfg.data, tok)
+    return corpus
+
+
+def _load_model(cfg: PretrainConfig, found: Path | None, d: DistInfo) -> tuple[Transformer, ModelConfig, dict]:
+    """(model, its base config, trainer state): from the checkpoint `found`, with its RNG states
+    restored, or fresh."""
+    if found is None:
+        model = _fresh_model(cfg)
+        return model, model.config, {}
+    state = ckpt.load_trainer_state(found)
+    model = load_pretrained(found / "model", dtype=torch.float32)
+    torch.set_rng_state(state["rng"])
+    if d.device.type == "cuda" and state.get("cuda_rng") is not None:
+        torch.cuda.set_rng_state(state["cuda_rng"])
+    return model, ModelConfig.from_dict(state["base_model_config"]), state
+
+
+def _set_up(cfg: PretrainConfig, resume: bool, d: DistInfo) -> _Run:
+    """Threads, determinism, the run directory, data, model, wrapper and optimizer (resumed from the
+    newest checkpoint when there is one)."""
+    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", str(d.world)))
+    torch.set_num_threads(cfg.run.num_threads or max(1, torch.get_num_threads() // local_world))
+    if cfg.deterministic:
+        use_deterministic_algorithms()
+    run_dir = Path(cfg.run.out_dir)
+    found = open_run_dir(run_dir, resume, dump_config(cfg), write=d.main)
+    tok = load_tokenizer(cfg.data.tokenizer)
+    corpus = _load_corpus(cfg, tok, d)
+    model, base, state = _load_model(cfg, found, d)
+    if tok.vocab_size > model.config.vocab_size:
+        raise ConfigError(f"the tokenizer has {tok.vocab_size} tokens but the model's vocab_size is "
+                          f"{model.config.vocab_size}; use a matching data.tokenizer or model")
+    model.to(d.device).train()
+    loss_module = PretrainLoss(model, cfg.mtp)
+    runner = wrap(loss_module, cfg, d)
+    sharded = d.world > 1 and cfg.parallel == "fsdp"
+    optimizer = make_optimizer(loss_module, cfg)
+    if state:
+        ckpt.load_optimizer_state(runner, optimizer, state["optimizer"], sharded)
+    autocast = torch.autocast(d.device.type, dtype=torch.bfloat16, enabled=cfg.dtype == "bfloat16")
+    return _Run(cfg, d, run_dir, tok, corpus, model, base, loss_module, runner, sharded, optimizer, autocast, state,
+                resumed=found is not None)
+
+
+def _enter_phase(r: _Run, p: int) -> tuple[Batches, int, int]:
+    """(batches, micro-batch size, micro-batches per step) of phase p, with its RoPE set on the model."""
+    phase = r.cfg.phases[p]
+    micro, accum = phase.accumulation(r.d.world)
+    set_context(r.model, extended_config(r.base, phase.yarn_factor))
+    batches = Batches(PackedSequences(r.corpus.train, phase.seq_len), phase.batch_size, micro,
+                      r.cfg.run.seed, rank=r.d.rank, world_size=r.d.world, stream=p)
+    if r.state.get("phase") == p:  # resuming inside this phase: continue its data order
+        batches.load_state_dict(r.state["batches"])
+    return batches, micro, accum
+
+
+def _train_step(r: _Run, micro_batches: list[np.ndarray], accum: int, lr: float,
+                use_mtp: bool) -> tuple[dict[str, float], float]:
+    """One optimizer step over the micro-batches of a global batch; (STATS averaged over ranks, grad norm)."""
+    set_lr(r.optimizer, lr)
+    stats = torch.zeros(len(STATS), device=r.d.device)
+    for i, mb in enumerate(micro_batches):
+        with _sync(r.runner, i == accum - 1, r.sharded):
+            with r.autocast:
+                loss, s = r.runner(torch.from_numpy(mb).to(r.d.device), use_mtp)
+            (loss / accum).backward()
+        stats += s.float() / accum
+    grad_norm = torch.nn.utils.clip_grad_norm_(
+        [q for q in r.loss_module.parameters() if q.grad is not None], r.cfg.optim.grad_clip or float("inf"))
+    if hasattr(grad_norm, "full_tensor"):
+        grad_norm = grad_norm.full_tensor()
+    r.optimizer.step()
+    r.optimizer.zero_grad(set_to_none=True)
+    if r.d.world > 1:
+        dist.all_reduce(stats)
+        stats /= r.d.world
+    return dict(zip(STATS, stats.tolist())), float(grad_norm)
+
+
+class _TokenRate:
+    """Tokens per second since the previous call."""
+
+    def __init__(self, tokens: int):
+        self.t, self.tokens = time.perf_counter(), tokens
+
+    def __call__(self, tokens: int) -> float:
+        now = time.perf_counter()
+        rate = (tokens - self.tokens) / max(now - self.t, 1e-9)
+        self.t, self.tokens = now, tokens
+        return rate
+
+
+def _print_start(r: _Run, step: int, console: Console) -> None:
+    n_params = sum(p.numel() for p in r.model.parameters())
+    console.print(f"[bold]pretrain[/] {r.run_dir}: {n_params / 1e6:.1f}M parameters, "
+                  f"{r.corpus.meta['train_tokens']:,} train / {r.corpus.meta['val_tokens']:,} held-out tokens, "
+                  f"world size {r.d.world}" + (f", resuming at step {step}" if step else ""))
+
+
+def _log_step(r: _Run, record: dict[str, Any], metrics: MetricsWriter | None, console: Console) -> None:
+    if metrics is not None:
+        metrics.write(record["step"], record)
+    step, cfg = record["step"], r.cfg
+    if r.d.main and (step % cfg.log.every_steps == 0 or step == cfg.total_steps):
+        mtp_part = f" mtp {record['loss_mtp']:.3f} agree {record['mtp_agree']:.2f}" if record["mtp_on"] else ""
+        console.print(f"step {step}/{cfg.total_steps} ({record['phase']}) loss {record['loss_main']:.4f}"
+                      f"{mtp_part} lr {record['lr']:.2e} {record['tokens_per_s']:,.0f} tok/s")
+
+
+def _evaluate_and_log(r: _Run, step: int, phase: PhaseConfig, micro: int, use_mtp: bool,
+                      metrics: MetricsWriter | None, console: Console) -> dict[str, float]:
+    """The held-out losses at the phase's sequence length, written and printed."""
+    result = evaluate(r.runner, r.corpus.val, phase.seq_len, r.cfg.eval_sequences, micro, use_mtp, r.d, r.autocast)
+    if metrics is not None:
+        metrics.write(step, {"phase": phase.name, "seq_len": phase.seq_len, **result})
+    if r.d.main:
+        console.print(f"  eval @ {step}: loss {result['eval_loss_main']:.4f}"
+                      + (f" mtp {result['eval_loss_mtp']:.3f}" if use_mtp else ""))
+    return result
+
+
+def _save(r: _Run, step: int, p: int, batches: Batches, tokens_seen: int) -> None:
+    """A resumable checkpoint (every rank takes part in gathering the state; rank 0 writes it)."""
+    gathered, opt_state = ckpt.full_state(r.runner, r.optimizer, r.sharded)
+    if r.d.main:
+        trainer_state = {
+            "step": step, "phase": p, "batches": batches.state_dict(), "tokens": tokens_seen,
+            "optimizer": opt_state, "rng": torch.get_rng_state(),
+            "cuda_rng": torch.cuda.get_rng_state() if r.d.device.type == "cuda" else None,
+            "base_model_config": r.base.to_dict(), "world_size": r.d.world}
+        ckpt.save_checkpoint(r.run_dir, step, r.model, gathered, trainer_state, dump_config(r.cfg), r.tok,
+                             r.cfg.checkpoint.keep_last)
+    r.d.barrier()
 
 
 def train(cfg: PretrainConfig, *, resume: bool = False,
@@ -225,136 +416,46 @@ def train(cfg: PretrainConfig, *, resume: bool = False,
     """
     d = init_distributed(cfg.run.device)
     console = console or Console()
-    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", str(d.world)))
-    torch.set_num_threads(cfg.run.num_threads or max(1, torch.get_num_threads() // local_world))
-    if cfg.deterministic:
-        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-        torch.use_deterministic_algorithms(True, warn_only=True)
-    run_dir = Path(cfg.run.out_dir)
-    found = ckpt.latest_checkpoint(run_dir)
-    if found is not None and not resume:
-        raise ConfigError(f"{run_dir} already holds checkpoints (newest: {found.name}); pass --resume to "
-                          f"continue that run, or choose another run.out_dir")
-    if d.main:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        (run_dir / "config.yaml").write_text(dump_config(cfg))
-
-    tok = load_tokenizer(cfg.data.tokenizer)
-    if d.main:  # one rank tokenizes; the others then find the cache
-        corpus = TokenCorpus.build(cfg.data, tok)
-    d.barrier()
-    if not d.main:
-        corpus = TokenCorpus.build(cfg.data, tok)
-
-    state: dict[str, Any] = {}
-    if found is not None:
-        state = ckpt.load_trainer_state(found)
-        model = load_pretrained(found / "model", dtype=torch.float32)
-        base = ModelConfig.from_dict(state["base_model_config"])
-        torch.set_rng_state(state["rng"])
-        if d.device.type == "cuda" and state.get("cuda_rng") is not None:
-            torch.cuda.set_rng_state(state["cuda_rng"])
-    else:
-        model = _fresh_model(cfg)
-        base = model.config
-    if tok.vocab_size > model.config.vocab_size:
-        raise ConfigError(f"the tokenizer has {tok.vocab_size} tokens but the model's vocab_size is "
-                          f"{model.config.vocab_size}; use a matching data.tokenizer or model")
-    model.to(d.device).train()
-    loss_module = PretrainLoss(model, cfg.mtp)
-    runner = wrap(loss_module, cfg, d)
-    sharded = d.world > 1 and cfg.parallel == "fsdp"
-    optimizer = make_optimizer(loss_module, cfg)
-    if state:
-        ckpt.load_optimizer_state(runner, optimizer, state["optimizer"], sharded)
-    autocast = torch.autocast(d.device.type, dtype=torch.bfloat16, enabled=cfg.dtype == "bfloat16")
-
-    step, tokens_seen = int(state.get("step", 0)), int(state.get("tokens", 0))
+    r = _set_up(cfg, resume, d)
+    step, tokens_seen = int(r.state.get("step", 0)), int(r.state.get("tokens", 0))
     # rank 0 writes the metrics; the record of a step is the same on every rank
-    metrics = MetricsWriter(run_dir, tensorboard=cfg.log.tensorboard, resume_step=step if found is not None else None) \
+    metrics = MetricsWriter(r.run_dir, tensorboard=cfg.log.tensorboard, resume_step=step if r.resumed else None) \
         if d.main else None
     if d.main:
-        n_params = sum(p.numel() for p in model.parameters())
-        console.print(f"[bold]pretrain[/] {run_dir}: {n_params / 1e6:.1f}M parameters, "
-                      f"{corpus.meta['train_tokens']:,} train / {corpus.meta['val_tokens']:,} held-out tokens, "
-                      f"world size {d.world}" + (f", resuming at step {step}" if step else ""))
-    phase_idx, batches, micro, accum, last_eval = -1, None, 1, 1, {}
-    saved_step = step if found is not None else -1
-    t_last, tok_last = time.perf_counter(), tokens_seen
+        _print_start(r, step, console)
+    phase_idx, last_eval = -1, {}
+    saved_step = step if r.resumed else -1
+    rate = _TokenRate(tokens_seen)
     try:
         while step < cfg.total_steps:
             p, pstep = cfg.locate(step)
             phase = cfg.phases[p]
             if p != phase_idx:
-                micro, accum = phase.accumulation(d.world)
-                set_context(model, extended_config(base, phase.yarn_factor))
-                batches = Batches(PackedSequences(corpus.train, phase.seq_len), phase.batch_size, micro,
-                                  cfg.run.seed, rank=d.rank, world_size=d.world, stream=p)
-                if state.get("phase") == p:  # resuming inside this phase: continue its data order
-                    batches.load_state_dict(state["batches"])
-                phase_idx = p
+                (batches, micro, accum), phase_idx = _enter_phase(r, p), p
             lr = lr_at(phase, pstep)
-            for group in optimizer.param_groups:
-                group["lr"] = lr
-            use_mtp = len(model.mtp) > 0 and step >= cfg.mtp.start_step
-            stats = torch.zeros(len(STATS), device=d.device)
-            for i, mb in enumerate(batches.next()):
-                with _sync(runner, i == accum - 1, sharded):
-                    with autocast:
-                        loss, s = runner(torch.from_numpy(mb).to(d.device), use_mtp)
-                    (loss / accum).backward()
-                stats += s.float() / accum
-            grad_norm = torch.nn.utils.clip_grad_norm_(
-                [q for q in loss_module.parameters() if q.grad is not None], cfg.optim.grad_clip or float("inf"))
-            if hasattr(grad_norm, "full_tensor"):
-                grad_norm = grad_norm.full_tensor()
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
+            use_mtp = len(r.model.mtp) > 0 and step >= cfg.mtp.start_step
+            values, grad_norm = _train_step(r, batches.next(), accum, lr, use_mtp)
             step += 1
             tokens_seen += phase.batch_size * phase.seq_len
-            if d.world > 1:
-                dist.all_reduce(stats)
-                stats /= d.world
-            now = time.perf_counter()
-            values = dict(zip(STATS, stats.tolist()))
-            record = {"step": step, "phase": phase.name, "loss": values["loss_main"] + cfg.mtp.weight * values["loss_mtp"],
-                      **values, "lr": lr, "grad_norm": float(grad_norm), "tokens": tokens_seen,
-                      "tokens_per_s": (tokens_seen - tok_last) / max(now - t_last, 1e-9), "mtp_on": use_mtp}
-            t_last, tok_last = now, tokens_seen
-            if metrics is not None:
-                metrics.write(step, record)
-            if d.main and (step % cfg.log.every_steps == 0 or step == cfg.total_steps):
-                mtp_part = f" mtp {values['loss_mtp']:.3f} agree {values['mtp_agree']:.2f}" if use_mtp else ""
-                console.print(f"step {step}/{cfg.total_steps} ({phase.name}) loss {values['loss_main']:.4f}"
-                              f"{mtp_part} lr {lr:.2e} {record['tokens_per_s']:,.0f} tok/s")
+            record = {"step": step, "phase": phase.name,
+                      "loss": values["loss_main"] + cfg.mtp.weight * values["loss_mtp"], **values, "lr": lr,
+                      "grad_norm": grad_norm, "tokens": tokens_seen, "tokens_per_s": rate(tokens_seen),
+                      "mtp_on": use_mtp}
+            _log_step(r, record, metrics, console)
             if step % cfg.eval_every == 0 or pstep + 1 == phase.steps:
-                last_eval = evaluate(runner, corpus.val, phase.seq_len, cfg.eval_sequences, micro, use_mtp, d, autocast)
-                if metrics is not None:
-                    metrics.write(step, {"phase": phase.name, "seq_len": phase.seq_len, **last_eval})
-                if d.main:
-                    console.print(f"  eval @ {step}: loss {last_eval['eval_loss_main']:.4f}"
-                                  + (f" mtp {last_eval['eval_loss_mtp']:.3f}" if use_mtp else ""))
+                last_eval = _evaluate_and_log(r, step, phase, micro, use_mtp, metrics, console)
             if step % cfg.checkpoint.every_steps == 0 or step == cfg.total_steps:
-                gathered, opt_state = ckpt.full_state(runner, optimizer, sharded)
-                if d.main:
-                    trainer_state = {
-                        "step": step, "phase": p, "batches": batches.state_dict(), "tokens": tokens_seen,
-                        "optimizer": opt_state, "rng": torch.get_rng_state(),
-                        "cuda_rng": torch.cuda.get_rng_state() if d.device.type == "cuda" else None,
-                        "base_model_config": base.to_dict(), "world_size": d.world}
-                    ckpt.save_checkpoint(run_dir, step, model, gathered, trainer_state, dump_config(cfg), tok,
-                                         cfg.checkpoint.keep_last)
+                _save(r, step, p, batches, tokens_seen)
                 saved_step = step
-                d.barrier()
             if on_step is not None:
                 on_step(step, record)
         if d.main and saved_step == step:
-            ckpt.publish_model(ckpt.latest_checkpoint(run_dir), run_dir / "model")
-            console.print(f"[bold]done[/]: final model in {run_dir / 'model'}")
+            ckpt.publish_model(ckpt.latest_checkpoint(r.run_dir), r.run_dir / "model")
+            console.print(f"[bold]done[/]: final model in {r.run_dir / 'model'}")
     finally:
         if metrics is not None:
             metrics.close()
         if d.owns_group:
             dist.destroy_process_group()
-    return {"run_dir": str(run_dir), "model_dir": str(run_dir / "model"), "steps": step,
+    return {"run_dir": str(r.run_dir), "model_dir": str(r.run_dir / "model"), "steps": step,
             "tokens": tokens_seen, **last_eval}
