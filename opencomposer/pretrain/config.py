@@ -27,7 +27,6 @@ from pydantic import Field, ValidationError, model_validator
 
 from opencomposer.config import (REQUIRED, CheckpointConfig, LogConfig, OptimConfig, RunConfig, Section,
                                  check_renamed, format_errors, require_tensorboard, resolve_relative, variant)
-from opencomposer.config import dump_config as dump_config  # noqa: F401 (train.py's import)
 from opencomposer.config import load_config as _load
 from opencomposer.errors import ConfigError
 

@@ -47,6 +47,7 @@ import torch.nn.functional as F
 from rich.console import Console
 from torch import nn
 
+from opencomposer.config import dump_config
 from opencomposer.device import DeviceName, resolve_device
 from opencomposer.errors import ConfigError
 from opencomposer.model import ModelConfig, Transformer, load_pretrained
@@ -55,7 +56,7 @@ from opencomposer.model.mtp import mtp_loss
 from opencomposer.model.parallelize import apply_ddp, apply_fsdp
 from opencomposer.model.tokenizer import Tokenizer, load_tokenizer
 from opencomposer.pretrain import checkpoint as ckpt
-from opencomposer.pretrain.config import MTPConfig, PhaseConfig, PretrainConfig, dump_config
+from opencomposer.pretrain.config import MTPConfig, PhaseConfig, PretrainConfig
 from opencomposer.pretrain.data import Batches, PackedSequences, TokenCorpus, eval_sequences
 from opencomposer.training.metrics import MetricsWriter
 from opencomposer.training.schedule import warmup_cosine_lr
