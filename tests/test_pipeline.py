@@ -25,24 +25,22 @@ MINI = [
 ]
 
 
+def _noting_threads(name, stage):
+    def run(self):
+        self.seen[name] = torch.get_num_threads()
+        return stage(self)
+    return run
+
+
 class ThreadsSeen(Pipeline):
     """The pipeline, noting torch's thread count as the training and RL stages start."""
+
+    STAGE_TABLE = {name: (_noting_threads(name, stage) if name in ("pretrain", "sft", "rl") else stage, trains)
+                   for name, (stage, trains) in Pipeline.STAGE_TABLE.items()}
 
     def __init__(self, *a, **kw):
         super().__init__(*a, **kw)
         self.seen: dict[str, int] = {}
-
-    def _pretrain(self):
-        self.seen["pretrain"] = torch.get_num_threads()
-        return super()._pretrain()
-
-    def _sft(self):
-        self.seen["sft"] = torch.get_num_threads()
-        return super()._sft()
-
-    def _rl(self):
-        self.seen["rl"] = torch.get_num_threads()
-        return super()._rl()
 
 
 @pytest.mark.slow
