@@ -68,7 +68,7 @@ class MetricsWriter:
 
 def _after_newest_event_file(tb_dir: Path) -> None:
     """Sleep until the clock's second is past the newest event file's, so a new file sorts after it."""
-    stamps = [int(p.name.split(".")[3]) for p in tb_dir.glob("events.out.tfevents.*")
-              if len(p.name.split(".")) > 3 and p.name.split(".")[3].isdigit()]
+    # events.out.tfevents.<second>.<host>...: the glob guarantees field 3 exists
+    stamps = [int(f) for f in (p.name.split(".")[3] for p in tb_dir.glob("events.out.tfevents.*")) if f.isdigit()]
     if stamps and time.time() < max(stamps) + 1:
         time.sleep(max(stamps) + 1 - time.time())
