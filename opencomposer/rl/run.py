@@ -28,13 +28,13 @@ from typing import Any, Callable
 
 import torch
 
-from opencomposer.rl.config import RLConfig
 from opencomposer.device import resolve_device
 from opencomposer.errors import ConfigError
 from opencomposer.model import Transformer
 from opencomposer.model.tokenizer import Tokenizer
 from opencomposer.rl import checkpoint
 from opencomposer.rl.checkpoint import Checkpointer, CheckpointState, set_rng_state
+from opencomposer.rl.config import RLConfig
 from opencomposer.rl.trainer import DTYPES, Trainer, load_policy, needs_reference
 from opencomposer.rl.weight_sync import DiskSync, InPlaceSync, WeightSync
 from opencomposer.training.metrics import MetricsWriter

@@ -34,11 +34,11 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from opencomposer.rl.config import RLConfig, RewardFunctionConfig
 from opencomposer.engine.types import GenerationRequest, GenerationResult, SamplingParams, behaviour_logprobs_mode
 from opencomposer.errors import ConfigError, InferenceError
 from opencomposer.model.tokenizer import Tokenizer, load_tokenizer
 from opencomposer.rl.buffer import DataCursor, Group, GroupBuffer, Sample
+from opencomposer.rl.config import RewardFunctionConfig, RLConfig
 from opencomposer.rl.run import Run, build_trainer, embedded_inference
 
 RewardFn = Callable[..., float]
