@@ -12,6 +12,18 @@ Four runs, each through its CLI command as a user starts it, one thread, seeded:
   with 2 held out, from a tiny random MoE+MTP model and read-edit trajectories this test writes
   (no sandbox, so nothing depends on the machine's tools).
 
+The engine runs its PyTorch path (OPENCOMPOSER_NATIVE=0): its C++ kernels are compiled with
+-march=native, so their float rounding depends on the CPU the machine has today (a move to a host
+with other vector extensions changed the engine's logprobs in the last bits while the trainer's
+figures stayed the same); the kernels' own exactness is tested against that path in tests/engine.
+
+Bit for bit holds on the machine the file was written on, named by a fingerprint (CPU model and
+flags, torch version): even torch's own kernels round differently on a host with other vector
+extensions (moving hosts changed pretraining's first grad_norm in the 7th digit). On another
+machine the test compares the metrics and every tensor's norm to a relative 1e-4 instead, which
+still fails on any change of behaviour, and says that it did; rewrite the file there to get the
+exact check back.
+
 Timing metrics are left out. A change that is meant to move these figures must say why in
 its commit and rewrite the file: OPENCOMPOSER_WRITE_GOLDEN=1 pytest tests/test_golden_runs.py
 """
@@ -40,21 +52,44 @@ pytestmark = pytest.mark.slow
 
 def cli(*args: str) -> None:
     proc = subprocess.run([sys.executable, "-m", "opencomposer.cli", *args], cwd=ROOT, capture_output=True,
-                          text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+                          text=True, env={**os.environ, "OMP_NUM_THREADS": "1", "OPENCOMPOSER_NATIVE": "0"})
     assert proc.returncode == 0, proc.stderr[-3000:]
 
 
-def weights_hash(run_dir: Path) -> str:
-    """sha256 over every tensor of the newest checkpoint's model (names, dtypes, shapes, bytes)."""
+def machine() -> str:
+    """What decides float rounding here: the CPU's model and flags, and torch's version."""
+    import platform
+
+    import torch
+
+    info = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else platform.processor()
+    lines = sorted({line for line in info.splitlines() if line.startswith(("model name", "flags"))})
+    return hashlib.sha256("\n".join([*lines, torch.__version__]).encode()).hexdigest()[:16]
+
+
+def checkpoint_tensors(run_dir: Path) -> dict:
+    """Every tensor of the newest checkpoint's model, by name."""
     ckpt = sorted((run_dir / "checkpoints").glob("step_*[0-9]"))[-1] / "model"
+    return {name: t for path in sorted(ckpt.glob("*.safetensors")) for name, t in load_file(path).items()}
+
+
+def weights_hash(tensors: dict) -> str:
+    """sha256 over every tensor (names, dtypes, shapes, bytes)."""
     h = hashlib.sha256()
-    for path in sorted(ckpt.glob("*.safetensors")):
-        tensors = load_file(path)
-        for name in sorted(tensors):
-            t = tensors[name]
-            h.update(f"{name}:{t.dtype}:{t.shape}".encode())
-            h.update(t.tobytes())
+    for name in sorted(tensors):
+        t = tensors[name]
+        h.update(f"{name}:{t.dtype}:{t.shape}".encode())
+        h.update(t.tobytes())
     return h.hexdigest()
+
+
+def weights(run_dir: Path) -> dict:
+    """The exact hash and each tensor's L2 norm (the close check on other machines)."""
+    import numpy as np
+
+    tensors = checkpoint_tensors(run_dir)
+    norms = {name: float(np.linalg.norm(t.astype(np.float64))) for name, t in sorted(tensors.items())}
+    return {"weights": weights_hash(tensors), "norms": norms}
 
 
 def metrics(run_dir: Path) -> list[dict]:
@@ -132,7 +167,7 @@ def run_single_turn(tmp: Path) -> dict:
     cli("rl", "--config", "configs/rl/single_turn_tiny.yaml", "--set", f"run.out_dir={out}",
         "--set", "train.max_steps=3", "--set", "run.num_threads=1", "--set", "log.progress=false",
         "--set", "log.tensorboard=false")
-    return {"weights": weights_hash(out), "metrics": metrics(out)}
+    return {**weights(out), "metrics": metrics(out)}
 
 
 def run_agentic(tmp: Path) -> dict:
@@ -140,7 +175,7 @@ def run_agentic(tmp: Path) -> dict:
     cli("rl", "--config", "configs/rl/agentic_tiny.yaml", "--set", f"run.out_dir={out}",
         "--set", "train.max_steps=2", "--set", "run.num_threads=1", "--set", "log.tensorboard=false",
         "--set", "agentic.max_staleness=0", "--set", "agentic.rollout_workers=1", "--set", "engine.max_slots=1")
-    return {"weights": weights_hash(out), "metrics": metrics(out)}
+    return {**weights(out), "metrics": metrics(out)}
 
 
 def run_pretrain(tmp: Path) -> dict:
@@ -156,7 +191,7 @@ def run_pretrain(tmp: Path) -> dict:
     cfg["mtp"]["start_step"] = 2
     (tmp / "pretrain.yaml").write_text(yaml.safe_dump(cfg))
     cli("pretrain", "--config", str(tmp / "pretrain.yaml"))
-    return {"weights": weights_hash(tmp / "pretrain"), "metrics": metrics(tmp / "pretrain")}
+    return {**weights(tmp / "pretrain"), "metrics": metrics(tmp / "pretrain")}
 
 
 def run_sft(tmp: Path) -> dict:
@@ -169,7 +204,7 @@ def run_sft(tmp: Path) -> dict:
     (tmp / "sft.yaml").write_text(yaml.safe_dump(cfg))
     cli("sft", "--config", str(tmp / "sft.yaml"), "--set", f"run.out_dir={out}", "--set", "run.num_threads=1",
         "--set", f"init_from={sft_model(tmp / 'base')}")
-    return {"weights": weights_hash(out), "metrics": metrics(out)}
+    return {**weights(out), "metrics": metrics(out)}
 
 
 RUNS = {"single_turn": run_single_turn, "agentic": run_agentic, "pretrain": run_pretrain, "sft": run_sft}
@@ -179,10 +214,23 @@ RUNS = {"single_turn": run_single_turn, "agentic": run_agentic, "pretrain": run_
 def test_seeded_run_is_bit_for_bit_what_it_was(name, tmp_path):
     (tmp_path / "corpus").mkdir()
     got = RUNS[name](tmp_path)
+    got["machine"] = machine()
     golden = json.loads(GOLDEN.read_text()) if GOLDEN.exists() else {}
     if WRITE:
         golden[name] = got
         GOLDEN.write_text(json.dumps(golden, indent=1, sort_keys=True) + "\n")
     assert name in golden, f"no golden figures for {name}: run with OPENCOMPOSER_WRITE_GOLDEN=1"
-    assert got["metrics"] == golden[name]["metrics"]
-    assert got["weights"] == golden[name]["weights"]
+    want = golden[name]
+    if want["machine"] == got["machine"]:
+        assert got["metrics"] == want["metrics"]
+        assert got["weights"] == want["weights"]
+        return
+    print(f"golden {name}: written on machine {want['machine']}, this is {got['machine']}: "
+          "comparing to a relative 1e-4 (rewrite the file here for the exact check)")
+    close = lambda a, b: a == pytest.approx(b, rel=1e-4, abs=1e-6)  # noqa: E731
+    assert [sorted(r) for r in got["metrics"]] == [sorted(r) for r in want["metrics"]]
+    for step, (row, ref) in enumerate(zip(got["metrics"], want["metrics"])):
+        bad = {k: (row[k], ref[k]) for k in row if not close(row[k], ref[k])}
+        assert not bad, f"metrics row {step} differs beyond rounding: {bad}"
+    bad = {k: (v, want["norms"][k]) for k, v in got["norms"].items() if not close(v, want["norms"].get(k))}
+    assert got["norms"].keys() == want["norms"].keys() and not bad, f"weights differ beyond rounding: {bad}"
