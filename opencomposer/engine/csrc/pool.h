@@ -113,15 +113,15 @@ class Pool {
     }
     const int64_t t0 = now_ns();
     const int policy = policy_.load(std::memory_order_relaxed);
-    if (policy == 0) pieces = std::min<int64_t>(pieces, nt);  // one chunk per thread
     nt = (int)std::min<int64_t>({(int64_t)nt, (int64_t)kMaxThreads, (int64_t)cores(t0), pieces});
+    if (policy == 0) pieces = nt;  // one chunk per thread
     Shape& s = shape(key);
     ++s.calls;
     if (nt <= 1 || (policy == 2 && !parallel_now(s, t0))) {
       in_task() = true;
       whole();
       in_task() = false;
-      envelope(s.serial_ns, s.serial_runs, now_ns() - t0);
+      if (policy == 2) envelope(s.serial_ns, s.serial_runs, now_ns() - t0);
       ++serial_regions_;
       busy_.unlock();
       return;
@@ -149,17 +149,18 @@ class Pool {
     in_task() = false;
     wait_done(pieces);
     const int64_t t1 = now_ns();
-    envelope(s.parallel_ns, s.parallel_runs, t1 - t0);
     ++parallel_regions_;
-    if (policy == 2) account(s, t1 - t0, t1);
+    if (policy == 2) {
+      envelope(s.parallel_ns, s.parallel_runs, t1 - t0);
+      account(s, t1 - t0, t1);
+    }
     busy_.unlock();
   }
 
   // 0: one fixed chunk per thread; 1: pieces, always parallel; 2: pieces, adaptive (default).
   int set_policy(int p) {
     std::lock_guard<std::mutex> lock(busy_);
-    const int old = policy_.exchange(p);
-    for (Shape& s : shapes_) s = Shape();
+    const int old = policy_.exchange(p);  // the shapes' timings (policy 2's alone) are kept
     net_ = 0, serial_until_ = 0, backoff_ = kMinBackoffNs, window_start_ = now_ns();
     return old;
   }
