@@ -33,8 +33,8 @@
 //     parallel region adds (its shape's serial time - its own time) to a balance. Once the
 //     balance is kLossNs in the red (parallel regions were slower than serial ones would have
 //     been: a neighbour is taking cores), every region runs serially for a back-off of
-//     kMinBackoffNs, doubled at each relapse up to kMaxBackoffNs and reset after a
-//     kWindowNs window in the black. Serial and parallel runs compute every item the same way,
+//     kMinBackoffNs, doubled at each relapse up to kMaxBackoffNs and reset after a window of
+//     kWindowRegions parallel regions in the black. Serial and parallel runs compute every item the same way,
 //     so the policy never changes a bit of the output (tests/engine/test_forward.py).
 // Policies 0 (one fixed chunk per thread, this file's first pool: for comparisons) and 1
 // (pieces, always parallel) are kept for benchmarks/decode.py --pool-policies and the tests.
@@ -62,7 +62,7 @@ constexpr int kPiecesPerThread = 4;
 constexpr uint32_t kSerialProbeEvery = 32;
 constexpr uint32_t kParallelProbeEvery = 64;
 constexpr int64_t kLossNs = 500000;
-constexpr int64_t kWindowNs = 50000000;
+constexpr int64_t kWindowRegions = 256;
 constexpr int64_t kMinBackoffNs = 20000000;
 constexpr int64_t kMaxBackoffNs = 1000000000;
 constexpr int kShapes = 512;  // direct-mapped table of region shapes
@@ -161,7 +161,7 @@ class Pool {
   int set_policy(int p) {
     std::lock_guard<std::mutex> lock(busy_);
     const int old = policy_.exchange(p);  // the shapes' timings (policy 2's alone) are kept
-    net_ = 0, serial_until_ = 0, backoff_ = kMinBackoffNs, window_start_ = now_ns();
+    net_ = 0, serial_until_ = 0, backoff_ = kMinBackoffNs, window_regions_ = 0;
     return old;
   }
 
@@ -172,7 +172,7 @@ class Pool {
   }
 
  private:
-  Pool() : pid_(getpid()), window_start_(now_ns()) {}
+  Pool() : pid_(getpid()) {}
 
   static bool& in_task() {
     static thread_local bool flag = false;
@@ -207,11 +207,11 @@ class Pool {
       backoff_ = std::min(2 * backoff_, kMaxBackoffNs);
       ++backoffs_;
       net_ = 0;
-      window_start_ = serial_until_;
-    } else if (t - window_start_ > kWindowNs) {
+      window_regions_ = 0;
+    } else if (++window_regions_ >= kWindowRegions) {  // enough evidence: parallel regions pay again
       if (net_ >= 0) backoff_ = kMinBackoffNs;
       net_ = 0;
-      window_start_ = t;
+      window_regions_ = 0;
     }
   }
 
@@ -279,7 +279,7 @@ class Pool {
   void* arg_ = nullptr;
   // the adaptive policy's state, under busy_
   Shape shapes_[kShapes];
-  int64_t net_ = 0, serial_until_ = 0, backoff_ = kMinBackoffNs, window_start_, backoff_total_ns_ = 0;
+  int64_t net_ = 0, serial_until_ = 0, backoff_ = kMinBackoffNs, window_regions_ = 0, backoff_total_ns_ = 0;
   int64_t parallel_regions_ = 0, serial_regions_ = 0, backoffs_ = 0;
   int cores_ = 0;
   int64_t cores_at_ = 0;
