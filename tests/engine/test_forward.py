@@ -234,7 +234,8 @@ def test_kernels_from_several_threads_at_once_and_in_a_forked_child(pool_policy,
     child.join(timeout=10)
     if child.exitcode is None:
         child.kill()
-    assert child.exitcode == 0 and got is not None, "the forked child did not finish (a pool waiting for its parent's workers?)"
+    assert child.exitcode == 0 and got is not None, \
+        "the forked child did not finish (a pool waiting for its parent's workers?)"
     assert all(r == y for r in got)
 
 
