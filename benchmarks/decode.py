@@ -3,6 +3,7 @@ speculative decoding, and against this machine's limit.
 
     .venv/bin/python benchmarks/decode.py [--json] [--model DIR] [--threads N] [--spec-depth K]
         [--oracle-drafts] [--random-config JSON] [--b1-prompts N] [--skip-transformers] [--skip-torch-path]
+        [--background-load N] [--sandbox-load] [--pool-policies 0,1]
 
 Model: a ~15M-parameter Qwen3-MoE (hidden 256, 4 layers, 8 experts of width 448, top-2,
 vocab 4096, one MTP module) with random weights, or a checkpoint (--model DIR). transformers
@@ -28,6 +29,20 @@ too): the same engine with every draft replaced by the plain greedy output, so a
 accepted (OracleDraftEngine). --random-config changes the random model's shape (e.g. its
 depth) to see how that ceiling moves. Also the event loop's lag (a 1 ms sleep's overshoot) while the engine decodes a
 batch of 16 through `await engine.generate`, to show that the server stays responsive.
+
+A busy machine (neighbours.py). --background-load N adds a condition with N busy processes
+pinned to N CPUs, --sandbox-load one with the grader running the smoke suite's hidden tests in
+a loop in the real sandbox (what RL and eval run beside the engine). The neighbours start
+before the first round and are paused (not stopped) for the quiet passes: every round times
+each runner quiet, then under each load, so every figure and its quiet counterpart come from
+the same run and the same stretch of time. Under each condition the benchmark times the engine
+at its default settings (--threads), the same engine on one thread (`engine_1t`: what the
+default must never fall below), transformers, and with --pool-policies the engine at other
+policies of the kernels' thread pool (csrc/pool.h: 0 one chunk per thread, as before the
+adaptive pool; 1 pieces, always parallel). The JSON's top-level figures are the quiet ones;
+`conditions` holds each condition's (the speed-ups, `engine_vs_1t_b*`, the pool's parallel and
+serial regions and back-offs, the machine rates measured under that load). The torch path,
+speculation and the event loop lag are measured quiet only.
 """
 
 from __future__ import annotations
@@ -36,13 +51,15 @@ import argparse
 import asyncio
 import copy
 import json
+import os
 import statistics
 import tempfile
 import time
+from pathlib import Path
 
 import torch
 
-from opencomposer.engine import Engine, GenerationRequest, SamplingParams
+from opencomposer.engine import Engine, GenerationRequest, SamplingParams, native
 from opencomposer.model import ModelConfig, Transformer, load_pretrained, save_pretrained
 
 BENCH_CONFIG = dict(vocab_size=4096, hidden_size=256, intermediate_size=768, moe_intermediate_size=448,
@@ -155,6 +172,7 @@ class EngineRunner:
         self.step_s: dict[int, list[float]] = {}
         self.decode: dict[int, list[tuple[int, float]]] = {}
         self.accepted = self.proposed = 0
+        self.pool = [0, 0, 0, 0]  # the kernels' pool over this runner's calls: parallel, serial regions, back-offs, ns
 
     def __call__(self, prompts: list[list[int]]) -> list[list[int]]:
         if isinstance(prompts, OneByOne):  # batch 1: the calls' tokens and seconds add up as one
@@ -167,7 +185,9 @@ class EngineRunner:
         st, B = self.engine.stats, len(prompts)
         st.recent_steps.clear()
         before = (st.generated_tokens, st.decode_s, st.spec_accepted, st.spec_proposed)
+        pool_before = pool_stats()
         results = self.generate(prompts)
+        self.pool = [a + b - c for a, b, c in zip(self.pool, pool_stats(), pool_before)]
         self.step_s.setdefault(B, []).extend(dt for rows, dt in st.recent_steps if rows == B)
         self.decode.setdefault(B, []).append((st.generated_tokens - before[0] - B, st.decode_s - before[1]))
         self.accepted += st.spec_accepted - before[2]
@@ -184,27 +204,94 @@ class EngineRunner:
         return statistics.median(n / s for n, s in self.decode[B] if s > 0)
 
 
-def interleaved(runners: dict, batches: dict[int, list[list[int]]], repeats: int, new_tokens: int):
-    """Time every runner at every batch size, round-robin, `repeats` rounds (so that a busy
-    spell on a shared machine hits all of them alike); returns median tokens/s, outputs and the
-    machine rates measured once per round."""
+def pool_stats() -> list[int]:
+    """[parallel regions, serial regions, back-offs, ns of back-off] of the kernels' pool so far."""
+    from opencomposer.engine import native
+
+    ops = native.ops()
+    return list(ops.pool_stats())[1:] if ops is not None else [0, 0, 0, 0]
+
+
+class PoolPolicyRunner:
+    """A runner whose calls run at one policy of the kernels' thread pool (csrc/pool.h), restored after."""
+
+    def __init__(self, inner, policy: int):
+        self.inner, self.policy = inner, policy
+
+    def __call__(self, prompts):
+        from opencomposer.engine import native
+
+        old = native.ops().pool_policy(self.policy)
+        try:
+            return self.inner(prompts)
+        finally:
+            native.ops().pool_policy(old)
+
+
+def interleaved(conditions: dict[str, dict], neighbours: dict, batches: dict[int, list[list[int]]], repeats: int):
+    """Time every runner of every condition at every batch size, round-robin, `repeats` rounds
+    (so that a busy spell on a shared machine hits all of them alike), each condition's
+    neighbour running only during that condition's pass; returns per condition median
+    tokens/s, outputs and the machine rates (bandwidth, matmul) measured once per round."""
     times: dict = {}
     outputs: dict = {}
-    rates = []
-    for name, run in runners.items():
-        run(batches[1])  # warm-up
+    rates: dict = {c: [] for c in conditions}
+    for run in next(iter(conditions.values())).values():
+        run(batches[1])  # warm-up (the runners of every condition share the engines)
     for _ in range(repeats):
-        rates.append(machine_rates(repeats=3))
-        for B, prompts in batches.items():
-            for name, run in runners.items():
-                t0 = time.perf_counter()
-                outputs[name, B] = run(prompts)
-                times.setdefault((name, B), []).append(time.perf_counter() - t0)
+        for cond, runners in conditions.items():
+            neighbour = neighbours.get(cond)
+            if neighbour:
+                neighbour.resume()
+            try:
+                rates[cond].append(machine_rates(repeats=3))
+                for B, prompts in batches.items():
+                    for name, run in runners.items():
+                        t0 = time.perf_counter()
+                        outputs[cond, name, B] = run(prompts)
+                        times.setdefault((cond, name, B), []).append(time.perf_counter() - t0)
+            finally:
+                if neighbour:
+                    neighbour.pause()
     # generated tokens (every request's, stop tokens included) / median wall time of the call
-    tps = {key: sum(map(len, outputs[key])) / statistics.median(ts) for key, ts in times.items()}
-    bw = statistics.median(r[0] for r in rates)
-    mm = statistics.median(r[1] for r in rates)
-    return tps, outputs, bw, mm
+    tps: dict = {c: {} for c in conditions}
+    outs: dict = {c: {} for c in conditions}
+    for (cond, name, B), ts in times.items():
+        tps[cond][name, B] = sum(map(len, outputs[cond, name, B])) / statistics.median(ts)
+        outs[cond][name, B] = outputs[cond, name, B]
+    medians = {c: (statistics.median(r[0] for r in rs), statistics.median(r[1] for r in rs)) for c, rs in rates.items()}
+    return tps, outs, medians
+
+
+def condition_figures(runners: dict, tps: dict, outputs: dict, batches: dict, rates: tuple[float, float],
+                      nbytes: float, flops: float, big: int) -> dict:
+    """One condition's figures: each side's tokens/s, the engine against transformers and
+    against its own one-thread figure, the pool's regions, and the fraction of the limit."""
+    out: dict = {}
+    bw, mm = rates
+    for B in batches:
+        out[f"engine_tps_b{B}"] = tps["engine", B]
+        out[f"engine_step_ms_b{B}"] = 1e3 * statistics.median(runners["engine"].step_s[B])
+        if ("engine_1t", B) in tps:
+            out[f"engine_1t_tps_b{B}"] = tps["engine_1t", B]
+            out[f"engine_vs_1t_b{B}"] = tps["engine", B] / tps["engine_1t", B]
+        for name in runners:
+            if name.startswith("engine_policy"):
+                out[f"{name}_tps_b{B}"] = tps[name, B]
+                out[f"{name}_vs_1t_b{B}"] = tps[name, B] / tps["engine_1t", B]
+        if "transformers" in runners:
+            out[f"transformers_tps_b{B}"] = tps["transformers", B]
+            out[f"speedup_b{B}"] = tps["engine", B] / tps["transformers", B]
+            same = sum(a == b for a, b in zip(outputs["transformers", B], outputs["engine", B]))
+            out[f"same_outputs_b{B}"] = f"{same}/{len(outputs['engine', B])}"
+    parallel, serial, backoffs, backoff_ns = runners["engine"].pool
+    out.update(pool_parallel_regions=parallel, pool_serial_regions=serial, pool_backoffs=backoffs,
+               pool_backoff_s=backoff_ns / 1e9)
+    limit_s = max(nbytes / bw, flops / mm)
+    out.update(bandwidth_GBps=bw / 1e9, matmul_GFLOPs=mm / 1e9, limit_step_ms=1e3 * limit_s,
+               limit_bound="bandwidth" if nbytes / bw >= flops / mm else "compute",
+               fraction_of_limit=1e3 * limit_s / out[f"engine_step_ms_b{big}"])
+    return out
 
 
 async def event_loop_lag(engine: Engine, prompts: list[list[int]], new_tokens: int) -> tuple[float, float]:
@@ -285,12 +372,29 @@ def main() -> None:
     ap.add_argument("--skip-torch-path", action="store_true", help="leave out the engine without its C++ kernels")
     ap.add_argument("--oracle-drafts", action="store_true",
                     help="also time speculation with every draft accepted (OracleDraftEngine): its ceiling here")
+    ap.add_argument("--background-load", type=int, default=0, metavar="N",
+                    help="add a condition with N busy processes pinned to N CPUs (neighbours.BusyCores)")
+    ap.add_argument("--sandbox-load", action="store_true",
+                    help="add a condition with the grader running --sandbox-suite's hidden tests in a loop in the "
+                         "sandbox (neighbours.SandboxTests)")
+    ap.add_argument("--sandbox-suite", default=str(Path(__file__).resolve().parents[1] / "tasks" / "suites" / "smoke"))
+    ap.add_argument("--pool-policies", default="",
+                    help="comma-separated csrc/pool.h policies to time the engine at besides its default "
+                         "(0: one chunk per thread, the pool before it adapted; 1: pieces, always parallel)")
     ap.add_argument("--random-config", default="{}",
                     help="JSON of ModelConfig keys replacing the random model's (BENCH_CONFIG), e.g. "
                          "'{\"num_hidden_layers\": 16}'")
     args = ap.parse_args()
     if not 1 <= args.b1_prompts <= args.batch:
         ap.error(f"--b1-prompts must be between 1 and --batch ({args.batch}), got {args.b1_prompts}")
+    try:
+        policies = [int(p) for p in args.pool_policies.split(",") if p.strip()]
+    except ValueError:
+        ap.error(f"--pool-policies takes comma-separated integers (0, 1), got {args.pool_policies!r}")
+    if any(p not in (0, 1) for p in policies):
+        ap.error(f"--pool-policies: the policies besides the default (2) are 0 and 1, got {policies}")
+    if args.sandbox_load and not Path(args.sandbox_suite, "suite.toml").is_file():
+        ap.error(f"--sandbox-suite {args.sandbox_suite}: no suite.toml there")
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     if args.model:
@@ -312,15 +416,22 @@ def main() -> None:
            "new_tokens": args.new_tokens, "prompt_len": args.prompt_len, "batch": args.batch,
            "b1_prompts": args.b1_prompts}
 
-    runners = {"engine": EngineRunner(Engine(copy.deepcopy(model), max_slots=args.batch, max_len=max_len),
-                                      args.new_tokens)}
+    def engine(**kw) -> Engine:
+        return Engine(copy.deepcopy(model), max_slots=args.batch, max_len=max_len,
+                      **{"num_threads": args.threads, **kw})
+
+    runners = {"engine": EngineRunner(engine(), args.new_tokens),
+               "engine_1t": EngineRunner(engine(num_threads=1), args.new_tokens)}
+    torch.set_num_threads(args.threads)  # this thread's (transformers'): the engines set their own
+    if policies and not runners["engine"].engine.native:
+        raise SystemExit(f"--pool-policies: the engine's C++ kernels are unavailable ({native.unavailable_reason()})")
+    for p in policies:
+        runners[f"engine_policy{p}"] = PoolPolicyRunner(EngineRunner(runners["engine"].engine, args.new_tokens), p)
     if not args.skip_torch_path:
-        runners["torch_path"] = EngineRunner(Engine(copy.deepcopy(model), max_slots=args.batch, max_len=max_len,
-                                                    native_kernels=False), args.new_tokens)
+        runners["torch_path"] = EngineRunner(engine(native_kernels=False), args.new_tokens)
     spec_depth = cfg.num_mtp_modules if args.spec_depth is None else args.spec_depth
     if spec_depth:
-        runners["spec"] = EngineRunner(Engine(copy.deepcopy(model), max_slots=args.batch, max_len=max_len,
-                                              speculative_depth=spec_depth), args.new_tokens)
+        runners["spec"] = EngineRunner(engine(speculative_depth=spec_depth), args.new_tokens)
     if args.prompts and "spec" in runners:
         # Agent turns: both stop where the policy ends its turn, as in the agent loop.
         from opencomposer.model.chat import stop_token_ids
@@ -336,38 +447,59 @@ def main() -> None:
                 continue
             reference = {tuple(p): r.output_ids for p, r in zip(prompts, runners[plain].generate(prompts))}
             oracle = OracleDraftEngine(copy.deepcopy(model), reference, max_slots=args.batch, max_len=max_len,
-                                       speculative_depth=spec_depth)
+                                       speculative_depth=spec_depth, num_threads=args.threads)
             runners[f"oracle{stop_tag}"] = EngineRunner(oracle, args.new_tokens, runners[plain].stop)
     tmp = tempfile.TemporaryDirectory()
     if not args.skip_transformers:
         save_pretrained(model, tmp.name)
         runners["transformers"] = TransformersRunner(tmp.name, args.new_tokens)
     batches = {1: OneByOne(prompts[:args.b1_prompts]), args.batch: prompts}
-    tps, outputs, bw, mm_rate = interleaved(runners, batches, args.repeats, args.new_tokens)
-    tmp.cleanup()
-    out.update(bandwidth_GBps=bw / 1e9, matmul_GFLOPs=mm_rate / 1e9, native=runners["engine"].engine.native)
-    for B in batches:
-        out[f"engine_tps_b{B}"] = tps["engine", B]
-        out[f"engine_step_ms_b{B}"] = 1e3 * statistics.median(runners["engine"].step_s[B])
+
+    # Under load: the engine (default, one thread, other pool policies) and transformers, each
+    # condition with runners of its own (their records) over the same engines.
+    def loaded_runners() -> dict:
+        own = {"engine": EngineRunner(runners["engine"].engine, args.new_tokens),
+               "engine_1t": EngineRunner(runners["engine_1t"].engine, args.new_tokens)}
+        for p in policies:
+            own[f"engine_policy{p}"] = PoolPolicyRunner(EngineRunner(runners["engine"].engine, args.new_tokens), p)
         if "transformers" in runners:
-            out[f"transformers_tps_b{B}"] = tps["transformers", B]
-            out[f"speedup_b{B}"] = tps["engine", B] / tps["transformers", B]
-            same = sum(a == b for a, b in zip(outputs["transformers", B], outputs["engine", B]))
-            out[f"same_outputs_b{B}"] = f"{same}/{len(outputs['engine', B])}"
+            own["transformers"] = runners["transformers"]
+        return own
+
+    from neighbours import BusyCores, SandboxTests  # benchmarks/, this script's folder
+
+    conditions, neighbours = {"quiet": runners}, {}
+    load_before = os.getloadavg()
+    try:
+        if args.background_load:
+            neighbours[f"busy{args.background_load}"] = BusyCores(args.background_load)
+        if args.sandbox_load:
+            neighbours["sandbox"] = SandboxTests(args.sandbox_suite)
+        for cond in neighbours:
+            conditions[cond] = loaded_runners()
+        tps, outputs, rates = interleaved(conditions, neighbours, batches, args.repeats)
+    finally:
+        for n in neighbours.values():
+            n.stop()
+    tmp.cleanup()
+    out.update(native=runners["engine"].engine.native, load_average_before=load_before,
+               load_average_after=os.getloadavg(),
+               neighbours={c: n.describe() for c, n in neighbours.items()})
+
+    context = args.prompt_len + args.new_tokens / 2
+    used = routed_experts_per_layer(model, prompts)
+    nbytes, flops = step_cost(model, args.batch, context, used)
+    out.update(step_bytes=nbytes, step_flops=flops, experts_used_per_layer=used)
+    out["conditions"] = {c: condition_figures(rs, tps[c], outputs[c], batches, rates[c], nbytes, flops, args.batch)
+                         for c, rs in conditions.items()}
+    out.update(out["conditions"]["quiet"])
+    tps, outputs = tps["quiet"], outputs["quiet"]
     if "torch_path" in runners:
         for B in batches:
             out[f"engine_torch_path_tps_b{B}"] = tps["torch_path", B]
         out["engine_torch_path_step_ms"] = 1e3 * statistics.median(runners["torch_path"].step_s[args.batch])
     lag_med, lag_max = asyncio.run(event_loop_lag(runners["engine"].engine, prompts, args.new_tokens))
     out.update(event_loop_lag_ms_median=lag_med, event_loop_lag_ms_max=lag_max)
-
-    context = args.prompt_len + args.new_tokens / 2
-    used = routed_experts_per_layer(model, prompts)
-    nbytes, flops = step_cost(model, args.batch, context, used)
-    limit_s = max(nbytes / bw, flops / mm_rate)
-    out.update(step_bytes=nbytes, step_flops=flops, experts_used_per_layer=used,
-               limit_step_ms=1e3 * limit_s, limit_bound="bandwidth" if nbytes / bw >= flops / mm_rate else "compute",
-               fraction_of_limit=1e3 * limit_s / out[f"engine_step_ms_b{args.batch}"])
 
     for spec, plain, tag in (("spec", "engine", "spec"), ("spec_turns", "engine_turns", "turns_spec"),
                              ("oracle", "engine", "oracle"), ("oracle_turns", "engine_turns", "turns_oracle")):
@@ -397,13 +529,21 @@ def main() -> None:
           f"{cfg.num_experts} experts top-{cfg.num_experts_per_tok}; {args.threads} threads; "
           f"prompts {args.prompt_len} tokens, {args.new_tokens} new tokens, greedy, float32; batch 1: "
           f"{args.b1_prompts} prompt(s) one after another")
-    print(f"machine: read bandwidth {bw / 1e9:.1f} GB/s, fp32 matmul {mm_rate / 1e9:.0f} GFLOP/s")
-    for b in (1, B):
-        line = f"batch {b:>2}: engine {out[f'engine_tps_b{b}']:8.0f} tok/s"
-        if f"transformers_tps_b{b}" in out:
-            line += (f"   transformers {out[f'transformers_tps_b{b}']:7.0f} tok/s   x{out[f'speedup_b{b}']:.1f}"
-                     f"   same outputs {out[f'same_outputs_b{b}']}")
-        print(line)
+    print(f"machine: read bandwidth {out['bandwidth_GBps']:.1f} GB/s, fp32 matmul {out['matmul_GFLOPs']:.0f} GFLOP/s; "
+          f"load average {out['load_average_before'][0]:.2f} before, {out['load_average_after'][0]:.2f} after")
+    for cond, fig in out["conditions"].items():
+        print(f"{cond}" + (f" ({out['neighbours'][cond]})" if cond in out["neighbours"] else "") +
+              f": pool regions {fig['pool_parallel_regions']} parallel, {fig['pool_serial_regions']} serial, "
+              f"{fig['pool_backoffs']} back-offs; {100 * fig['fraction_of_limit']:.0f}% of the limit")
+        for b in (1, B):
+            line = (f"  batch {b:>2}: engine {fig[f'engine_tps_b{b}']:8.0f} tok/s   one thread "
+                    f"{fig[f'engine_1t_tps_b{b}']:7.0f} (x{fig[f'engine_vs_1t_b{b}']:.2f})")
+            for p in policies:
+                line += f"   policy {p} {fig[f'engine_policy{p}_tps_b{b}']:7.0f}"
+            if f"transformers_tps_b{b}" in fig:
+                line += (f"   transformers {fig[f'transformers_tps_b{b}']:7.0f} tok/s   x{fig[f'speedup_b{b}']:.1f}"
+                         f"   same outputs {fig[f'same_outputs_b{b}']}")
+            print(line)
     if "engine_torch_path_step_ms" in out:
         print(f"engine without its C++ kernels (native_kernels=False: oneDNN + fused.py): batch 1 "
               f"{out['engine_torch_path_tps_b1']:.0f} tok/s, batch {B} {out[f'engine_torch_path_tps_b{B}']:.0f} tok/s, "

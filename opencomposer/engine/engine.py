@@ -136,7 +136,9 @@ class Engine:
     prepacked weights (kernels.py; same parameters and state_dict, eager under autograd) when
     the C++ kernels are not used. native_kernels: run every pass on the C++ kernels where they
     build (forward.py; False: the oneDNN/PyTorch path). `engine.native` says which runs.
-    num_threads: torch intra-op threads (None: unchanged). The engine owns `model`: it is cast
+    num_threads: torch intra-op threads (None: unchanged), set here and again on the scheduler
+    thread when it starts (torch keeps a count per thread, fixed when a thread first asks for
+    it, so an engine's own thread runs at its own setting). The engine owns `model`: it is cast
     and its modules swapped in place (pass a copy to keep an untouched one).
     """
 
@@ -149,6 +151,7 @@ class Engine:
                              f"has num_mtp_modules={cfg.num_mtp_modules}")
         if max_slots < 1 or max_len < 2:
             raise ValueError(f"need max_slots >= 1 and max_len >= 2, got {max_slots}, {max_len}")
+        self.num_threads = num_threads
         if num_threads is not None:
             torch.set_num_threads(num_threads)
         self.model = model.to(dtype).eval() if dtype is not None else model.eval()
@@ -346,6 +349,8 @@ class Engine:
     # ---- the scheduler ------------------------------------------------------------------
 
     def _loop(self) -> None:
+        if self.num_threads is not None:
+            torch.set_num_threads(self.num_threads)
         while True:
             with self._cv:
                 while not (self._stopping or self._updates or self._running

@@ -4,6 +4,8 @@ the model's own forward: prefill, decode and verify passes, MTP steps, weight up
 from __future__ import annotations
 
 import copy
+import os
+import time
 
 import pytest
 import torch
@@ -141,25 +143,48 @@ def _pass_outputs(model, threads: int, seed: int = 5):
     return out.logits, out.hidden, out.routed_experts
 
 
+@pytest.fixture
+def pool_policy():
+    """Sets csrc/pool.h's policy for one test (0: one chunk per thread, 1: pieces, always
+    parallel, 2: adaptive, the default) and restores it after."""
+    ops = native.ops()
+    old = ops.pool_policy(-1)
+    yield ops.pool_policy
+    ops.pool_policy(old)
+
+
+def _parallel_regions() -> int:
+    return native.ops().pool_stats()[1]
+
+
 @needs_native
-def test_kernels_give_the_same_bits_on_any_number_of_threads():
+@pytest.mark.parametrize("policy", [0, 1, 2])
+def test_kernels_give_the_same_bits_on_any_number_of_threads(pool_policy, policy):
     """The pool (csrc/pool.h) splits panels, experts and (row, head) pairs between threads,
-    never a sum: 1, 2 and 3 threads (more than this machine's cores) agree bit for bit."""
+    never a sum: 1, 2 and 3 threads (more than this machine's cores) agree bit for bit, under
+    every policy (fixed chunks, pieces claimed one at a time, adaptive: serial or parallel per
+    region). Policies 0 and 1 are always parallel on 2 threads: the test checks they were."""
     model = tiny_model(num_experts=7, moe_intermediate_size=13)
+    pool_policy(policy)
     want = _pass_outputs(model, 1)
     for threads in (2, 3):
+        before = _parallel_regions()
         for a, b in zip(_pass_outputs(model, threads), want):
             assert torch.equal(a, b)
+        if policy != 2 and len(os.sched_getaffinity(0)) > 1:
+            assert _parallel_regions() > before
 
 
 @needs_native
-def test_kernels_from_several_threads_at_once_and_in_a_forked_child():
+@pytest.mark.parametrize("policy", [1, 2])
+def test_kernels_from_several_threads_at_once_and_in_a_forked_child(pool_policy, policy):
     """Callers on several Python threads share the one pool (a caller that finds it busy runs
     on its own thread), and a forked child, which inherits none of the pool's workers, gets
     a pool of its own instead of waiting for them."""
     import multiprocessing
     import threading
 
+    pool_policy(policy)
     model = tiny_model(seed=4)
     threads_before = torch.get_num_threads()
     want = _pass_outputs(model, 2)
@@ -189,23 +214,66 @@ def test_kernels_from_several_threads_at_once_and_in_a_forked_child():
     wp = native.pack_linear(w)
     torch.set_num_threads(2)
     try:
-        y = ops.linear(x, wp, 160).flatten().tolist()  # the parent's pool has a worker now
+        y = [ops.linear(x, wp, 160).flatten().tolist() for _ in range(4)][-1]  # the parent's pool has a worker now
     finally:
         torch.set_num_threads(threads_before)
+    assert policy == 2 or len(os.sched_getaffinity(0)) == 1 or ops.pool_stats()[1] > 0
     ctx = multiprocessing.get_context("fork")
     q = ctx.Queue()
 
     def child_main():
         torch.set_num_threads(2)
-        q.put(ops.linear(x, wp, 160).flatten().tolist())
+        q.put([ops.linear(x, wp, 160).flatten().tolist() for _ in range(4)])
 
     child = ctx.Process(target=child_main)
     child.start()
-    child.join(timeout=60)
+    try:
+        got = q.get(timeout=60)  # before join: the child's put waits for the pipe to be read
+    except Exception:
+        got = None
+    child.join(timeout=10)
     if child.exitcode is None:
         child.kill()
-    assert child.exitcode == 0, "the forked child did not finish (a pool waiting for its parent's workers?)"
-    assert q.get(timeout=5) == y
+    assert child.exitcode == 0 and got is not None, \
+        "the forked child did not finish (a pool waiting for its parent's workers?)"
+    assert all(r == y for r in got)
+
+
+@needs_native
+def test_the_pool_runs_serially_on_the_cpus_the_process_gets(pool_policy):
+    """The pool caps its threads at the CPUs this process may run on (re-read every 100 ms):
+    pinned to one CPU, a 2-thread caller runs every region on its own thread, even where the
+    policy is always parallel; given the CPUs back, it runs in parallel again."""
+    cpus = os.sched_getaffinity(0)
+    if len(cpus) < 2:
+        pytest.skip("needs 2 CPUs")
+    ops = native.ops()
+    pool_policy(1)
+    g = torch.Generator().manual_seed(8)
+    x, wp = torch.randn(4, 64, generator=g), native.pack_linear(torch.randn(256, 64, generator=g))
+    want = ops.linear(x, wp, 256)
+    threads_before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        os.sched_setaffinity(0, {min(cpus)})
+        time.sleep(0.15)
+        before = ops.pool_stats()
+        assert torch.equal(ops.linear(x, wp, 256), want)
+        after = ops.pool_stats()
+        assert after[1] == before[1] and after[2] > before[2]  # serial, not parallel
+        os.sched_setaffinity(0, cpus)
+        time.sleep(0.15)
+        assert torch.equal(ops.linear(x, wp, 256), want)
+        assert ops.pool_stats()[1] > after[1]
+    finally:
+        os.sched_setaffinity(0, cpus)
+        torch.set_num_threads(threads_before)
+
+
+@needs_native
+def test_pool_policy_rejects_unknown_policies():
+    with pytest.raises(RuntimeError, match="0 \\(one chunk per thread\\), 1 .*2 .*-1"):
+        native.ops().pool_policy(3)
 
 
 def test_engine_falls_back_to_the_torch_path_without_the_kernels(monkeypatch):

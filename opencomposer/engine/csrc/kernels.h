@@ -171,7 +171,8 @@ void gemm(const float* x, int64_t ldx, int64_t M, const float* wp, int64_t I, in
   for (int64_t m0 = 0; m0 < M; m0 += MB) {
     const int64_t m1 = std::min(M, m0 + MB);
     const int64_t grain = std::max<int64_t>(1, nP / (4 * at::get_num_threads()));
-    par_for(0, nP, grain, [&](int64_t p0, int64_t p1) { panels(x, ldx, m0, m1, wp, I, p0, p1, epi); });
+    par_for(0, nP, grain, [&](int64_t p0, int64_t p1) { panels(x, ldx, m0, m1, wp, I, p0, p1, epi); },
+            (m1 - m0) * I);
   }
 }
 
@@ -367,9 +368,9 @@ std::tuple<at::Tensor, at::Tensor> moe(const at::Tensor& x, const c10::optional<
   int64_t used = 0;
   for (int64_t e = 0; e < E; ++e) used += count[e + 1] > count[e];
   if (at::get_num_threads() > 1 && used >= at::get_num_threads()) {
-    par_for(0, E, 1, [&](int64_t e0, int64_t e1) {  // whole experts per thread
+    par_for(0, E, 1, [&](int64_t e0, int64_t e1) {  // whole experts per piece
       for (int64_t e = e0; e < e1; ++e) expert(e);
-    });
+    }, N);
   } else {
     for (int64_t e = 0; e < E; ++e) expert(e);  // threads split each product's panels
   }
@@ -525,6 +526,7 @@ at::Tensor attention(const at::Tensor& qkv, const at::Tensor& qn_w, const at::Te
   const int64_t row = (H + 2 * G) * C;
   const float scale = 1.f / std::sqrt((float)C);
   const float feps = (float)eps;
+  const int64_t last = *std::max_element(st, st + B) + T;  // the policy's shape: T and the context / 64
   par_for(0, B * G, 1, [&](int64_t i0, int64_t i1) {
     std::vector<float> sc(L + 8), q(C);
     for (int64_t i = i0; i < i1; ++i) {
@@ -554,7 +556,7 @@ at::Tensor attention(const at::Tensor& qkv, const at::Tensor& qn_w, const at::Te
         }
       }
     }
-  });
+  }, T << 24 | last >> 6);
   return o;
 }
 
@@ -591,7 +593,7 @@ std::tuple<at::Tensor, at::Tensor> argmax_logprob(const at::Tensor& logits_in) {
       ip[n] = best;
       out[n] = -std::log(exp_sum(buf.data(), V));
     }
-  });
+  }, V);
   return {idx, lp};
 }
 

@@ -11,6 +11,9 @@
 //       block_ints, k_cache, v_cache, cos, sin, norm_w, head_packed, V, H, eps, logits)
 //       -> (hidden [N, D], logits of each row's last token [B, V] or an empty tensor)
 //       One DeepSeek-V3 MTP depth: norm(block(eh_proj([hnorm(h); enorm(emb(t))]))).
+//   pool_policy(p) -> the previous policy: sets csrc/pool.h's policy (0: one chunk per thread,
+//       1: pieces, always parallel, 2: pieces, adaptive, the default; -1 only reads it).
+//   pool_stats() -> [policy, parallel regions, serial regions, back-offs, ns of back-off].
 //   spec_greedy(...): a whole greedy speculative step: verify, accept, and draft with only the
 //       MTP positions that changed (see below).
 //
@@ -200,9 +203,19 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> spec_gree
   return {target, lp.view({B, J}), n, drafts, experts};
 }
 
+int64_t pool_policy(int64_t p) {
+  TORCH_CHECK(p >= -1 && p <= 2, "opencomposer.pool_policy: 0 (one chunk per thread), 1 (pieces, always parallel), "
+              "2 (pieces, adaptive: the default) or -1 (read it)");
+  return p < 0 ? Pool::get().stats()[0] : Pool::get().set_policy((int)p);
+}
+
+std::vector<int64_t> pool_stats() { return Pool::get().stats(); }
+
 }  // namespace
 
 TORCH_LIBRARY(opencomposer, m) {
+  m.def("pool_policy(int policy) -> int", pool_policy);
+  m.def("pool_stats() -> int[]", pool_stats);
   m.def("argmax_logprob(Tensor logits) -> (Tensor, Tensor)", argmax_logprob);
   m.def("rms_norm(Tensor x, Tensor weight, float eps) -> Tensor", rms_norm);
   m.def("linear(Tensor x, Tensor w_packed, int out_features, Tensor? bias=None, Tensor? residual=None, "
