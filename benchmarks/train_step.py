@@ -1,7 +1,7 @@
 """The train step at the demo's shapes: trainer seconds per RL step, SFT seconds per step.
 
     .venv/bin/python benchmarks/train_step.py [--json] [--repeats 3] [--only rl|sft]
-        [--rl-threads 1] [--sft-threads 2] [--flops]
+        [--rl-threads 1] [--sft-threads 2] [--suffix-chunk C] [--flops]
 
 Without the full `make demo`: the demo's model (pipeline.DEFAULT_MODEL, vocabulary 2,048, MTP
 module included, random weights, seeded) and batches shaped like the demo's, built from
@@ -23,7 +23,8 @@ seeded random tokens:
     first trained token).
 
 Each figure is the median over `--repeats` steps after one warm-up step (the optimizer's state
-is allocated in the first). `--flops` adds the step's matmul FLOPs (forward and backward,
+is allocated in the first), with the process's CPU seconds per step beside it (`cpu_s`: less
+sensitive to other jobs on the cores at one thread). `--flops` adds the step's matmul FLOPs (forward and backward,
 counted by torch.utils.flop_counter on one step) over the measured matmul rate at the step's
 thread count: the CPU limit of the step, and the step's fraction of it.
 
@@ -126,27 +127,31 @@ def _median(times: list[float]) -> float:
     return statistics.median(times)
 
 
-def rl_trainer():
-    """The RL stage's trainer: its train section, β = 0 (no reference model), default loss."""
+def rl_trainer(suffix_chunk: int | None = None):
+    """The RL stage's trainer: its train section, β = 0 (no reference model), default loss;
+    suffix_chunk: train.suffix_chunk (trees after issue 23)."""
     from opencomposer.rl.config import TrainConfig
     from opencomposer.rl.rewards import RewardConfig
     from opencomposer.rl.trainer import Trainer
 
-    return Trainer(demo_model(), TrainConfig(micro_batch_size=MICRO_BATCH, optim={"lr": RL_LR}),
+    extra = {} if suffix_chunk is None else {"suffix_chunk": suffix_chunk}
+    return Trainer(demo_model(), TrainConfig(micro_batch_size=MICRO_BATCH, optim={"lr": RL_LR}, **extra),
                    reward=RewardConfig(kl_coef=0.0))
 
 
-def run_rl(repeats: int, threads: int) -> dict:
+def run_rl(repeats: int, threads: int, suffix_chunk: int | None = None) -> dict:
     torch.set_num_threads(threads)
-    trainer = rl_trainer()
+    trainer = rl_trainer(suffix_chunk)
     groups = rl_groups()
-    times, m = [], {}
+    times, cpu, m = [], [], {}
     for r in range(repeats + 1):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         m = trainer.step(groups)
         if r:
             times.append(time.perf_counter() - t0)
-    return {"threads": threads, "step_s": _median(times), "steps_s": times,
+            cpu.append(time.process_time() - c0)
+    return {"threads": threads, "suffix_chunk": suffix_chunk, "step_s": _median(times), "steps_s": times,
+            "cpu_s": _median(cpu),
             "tokens_total": m["tokens/total"], "tokens_generated": m["tokens/generated"],
             "skipped_samples": m["samples/skipped_zero_advantage"]}
 
@@ -168,13 +173,14 @@ def run_sft(repeats: int, threads: int) -> dict:
     torch.set_num_threads(threads)
     sft, cfg, r = sft_setup()
     batches = sft_batches(repeats + 1)
-    times = []
+    times, cpu = [], []
     for i, batch in enumerate(batches):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         sft._train_step(r, cfg, batch, SFT_LR)
         if i:
             times.append(time.perf_counter() - t0)
-    return {"threads": threads, "step_s": _median(times), "steps_s": times,
+            cpu.append(time.process_time() - c0)
+    return {"threads": threads, "step_s": _median(times), "steps_s": times, "cpu_s": _median(cpu),
             "tokens": int(sum(len(x) for x, _ in batches[0])), "targets": int(sum(m.sum() for _, m in batches[0]))}
 
 
@@ -192,9 +198,23 @@ def matmul_rate(threads: int, repeats: int = 5) -> float:
 
 
 def count_flops(fn) -> int:
-    from torch.utils.flop_counter import FlopCounterMode
+    """Matmul FLOPs of fn(), forward and backward: torch.utils.flop_counter's (mm, bmm, addmm,
+    attention), plus the CPU attention kernel it does not register, counted as its GPU
+    counterpart (every query-key pair the kernel is given, masked or not)."""
+    from torch.utils.flop_counter import FlopCounterMode, flop_registry
 
-    with FlopCounterMode(display=False) as counter:
+    aten = torch.ops.aten
+
+    def raw(f):
+        def g(*args, **kwargs):
+            return f(*args, **kwargs)
+        g._get_raw = True  # already shape-wrapped in the registry
+        return g
+
+    cpu = {aten._scaled_dot_product_flash_attention_for_cpu: raw(flop_registry[aten._scaled_dot_product_flash_attention]),
+           aten._scaled_dot_product_flash_attention_for_cpu_backward:
+               raw(flop_registry[aten._scaled_dot_product_flash_attention_backward])}
+    with FlopCounterMode(display=False, custom_mapping=cpu) as counter:
         fn()
     return int(counter.get_total_flops())
 
@@ -216,11 +236,12 @@ def main() -> None:
     parser.add_argument("--only", choices=["rl", "sft"], default=None)
     parser.add_argument("--rl-threads", type=int, default=1, help="the RL stage's run.num_threads")
     parser.add_argument("--sft-threads", type=int, default=2, help="the SFT stage's run.train_threads")
+    parser.add_argument("--suffix-chunk", type=int, default=None, help="train.suffix_chunk (RL; after issue 23)")
     parser.add_argument("--flops", action="store_true", help="add the CPU limit (matmul FLOPs / matmul rate)")
     args = parser.parse_args()
     out: dict = {"code": str(Path(sys.modules["opencomposer"].__file__).parents[1])}
     if args.only in (None, "rl"):
-        out["rl"] = run_rl(args.repeats, args.rl_threads)
+        out["rl"] = run_rl(args.repeats, args.rl_threads, args.suffix_chunk)
     if args.only in (None, "sft"):
         out["sft"] = run_sft(args.repeats, args.sft_threads)
     if args.flops:
