@@ -6,7 +6,7 @@ the forward gets for free: `gate_up_proj[e]` is a select, whose backward writes 
 weight gradient into a zero tensor of the *whole* stacked parameter [E, 2F, D] and adds it to
 the accumulated gradient (2E full-size fills and adds per layer), and each group's slice of
 the gathered rows x_MD does the same with a zero [M, D] tensor (E fills and adds of the whole
-micro-batch's rows per layer). On the demo's shapes that was ~15% of a train step.
+micro-batch's rows per layer). On the demo's SFT shapes those fills and adds were ~10% of a step.
 
 `grouped_swiglu` is the same computation as one autograd node: the forward keeps each group's
 gate, up and activation, and the backward runs, per expert, the very products autograd runs for
