@@ -21,6 +21,13 @@ for opencomposer the sum of its steps' times (generation + reward + train step +
 and, reported beside it, the whole `run_single_turn` call including model and engine set-up and
 the final checkpoint. Completion tokens are counted from what each side generated (a completion
 that samples <|eos|> is shorter), so the two figures are per token actually produced.
+
+CPU limit of opencomposer's train steps (in the JSON: `train_limit_s`, `train_fraction_of_limit`):
+the steps' matmul FLOPs, forward and backward (torch.utils.flop_counter on a fresh trainer of the
+same config, replaying the run's own batches after the timed runs; attention counted over every
+query-key pair its kernel is given), over the fp32 matmul rate measured at the run's thread count
+(2048^3, as benchmarks/decode.py measures it); the fraction is limit / measured train seconds.
+Elementwise work and the optimizer are not in the limit.
 """
 
 from __future__ import annotations
@@ -46,6 +53,10 @@ from opencomposer.rl.config import load_rl_config  # noqa: E402
 from opencomposer.model import ModelConfig, Transformer, save_pretrained  # noqa: E402
 from opencomposer.model.tokenizer import bundled_tokenizer  # noqa: E402
 from opencomposer.rl.single_turn import digit_fraction, run_single_turn  # noqa: E402
+from opencomposer.rl.trainer import Trainer, load_policy  # noqa: E402
+
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from train_step import count_flops, matmul_rate  # noqa: E402
 
 G, PROMPTS_PER_STEP, MAX_NEW, LR, SEED = 8, 4, 64, 1e-6, 0
 
@@ -76,17 +87,41 @@ def run_opencomposer(workdir: Path, steps: int) -> dict:
         "checkpoint": {"every_steps": 10_000, "keep_last": 1},
         "log": {"tensorboard": False, "progress": False},
     })
-    per_step = []
-    t0 = time.perf_counter()
-    run_single_turn(cfg, on_step=lambda step, m: per_step.append(m))
-    total = time.perf_counter() - t0
+    per_step, batches = [], []
+    step = Trainer.step
+
+    def recording_step(self, groups):  # keeps each step's groups for the FLOP count below
+        batches.append(groups)
+        return step(self, groups)
+
+    Trainer.step = recording_step
+    try:
+        t0 = time.perf_counter()
+        run_single_turn(cfg, on_step=lambda step, m: per_step.append(m))
+        total = time.perf_counter() - t0
+    finally:
+        Trainer.step = step
     tokens = sum(m["gen/completion_tokens"] for m in per_step)
     step_time = sum(m["step/time_s"] for m in per_step)
     return {"completion_tokens": int(tokens), "seconds": step_time, "tokens_per_s": tokens / step_time,
             "seconds_with_setup": total, "tokens_per_s_with_setup": tokens / total,
             "gen_seconds": sum(m["gen/time_s"] for m in per_step),
             "train_seconds": sum(m["time/step_s"] for m in per_step),
-            "reward_mean": sum(m["reward/mean"] for m in per_step) / len(per_step)}
+            "reward_mean": sum(m["reward/mean"] for m in per_step) / len(per_step),
+            "_cfg": cfg, "_batches": batches}
+
+
+def train_limit(oc: dict) -> dict:
+    """The train steps' CPU limit: their matmul FLOPs, forward and backward (counted on a fresh
+    trainer of the same config replaying the run's own batches), over the measured fp32 matmul
+    rate at this run's thread count; and the measured train time's fraction of it."""
+    cfg, batches = oc.pop("_cfg"), oc.pop("_batches")
+    trainer = Trainer.from_config(cfg, load_policy(cfg.model, cfg.run.seed))
+    flops = sum(count_flops(lambda: trainer.step(groups)) for groups in batches)
+    rate = matmul_rate(torch.get_num_threads())
+    limit = flops / rate
+    return {"train_matmul_flops": flops, "matmul_GFLOPs": rate / 1e9, "train_limit_s": limit,
+            "train_fraction_of_limit": limit / oc["train_seconds"]}
 
 
 def run_trl(workdir: Path, steps: int) -> dict:
@@ -163,6 +198,7 @@ def main() -> None:
         tmp = Path(tmp)
         oc = run_opencomposer(tmp, args.steps)
         trl = run_trl(tmp, args.steps)
+        oc.update(train_limit(oc))
     import trl as trl_pkg
 
     n_params = sum(p.numel() for p in Transformer(ModelConfig.from_dict(model_config())).parameters())
@@ -183,6 +219,9 @@ def main() -> None:
     print(f"opencomposer: {oc['completion_tokens']} completion tokens in {oc['seconds']:.2f} s = "
           f"{oc['tokens_per_s']:.0f} tokens/s (generation {oc['gen_seconds']:.2f} s, train {oc['train_seconds']:.2f} s; "
           f"with set-up {oc['tokens_per_s_with_setup']:.0f} tokens/s)")
+    print(f"train steps: {oc['train_seconds']:.2f} s against a CPU limit of {oc['train_limit_s']:.2f} s "
+          f"({oc['train_matmul_flops'] / 1e9:.1f} GFLOP forward and backward at {oc['matmul_GFLOPs']:.0f} GFLOP/s): "
+          f"{oc['train_fraction_of_limit']:.0%}")
     print(f"TRL GRPOTrainer: {trl['completion_tokens']} completion tokens in {trl['seconds']:.2f} s = "
           f"{trl['tokens_per_s']:.0f} tokens/s")
     print(f"ratio: {result['ratio']:.1f}× (with opencomposer's set-up: {result['ratio_with_setup']:.1f}×)")

@@ -46,6 +46,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from opencomposer.model.config import ModelConfig
+from opencomposer.model.train_experts import grouped_experts_train
 
 
 # ---- building blocks ----------------------------------------------------------------------
@@ -244,6 +245,8 @@ class Experts(nn.Module):
         self.down_proj = nn.Parameter(torch.empty(E, D, F_))
 
     def forward(self, x_ND: torch.Tensor, w_NK: torch.Tensor, idx_NK: torch.Tensor) -> torch.Tensor:
+        if torch.is_grad_enabled():  # the same products, with a grouped backward (train_experts.py)
+            return grouped_experts_train(x_ND, w_NK, idx_NK, self.gate_up_proj, self.down_proj)
         return grouped_experts(x_ND, w_NK, idx_NK, self.gate_up_proj.shape[0], self.expert)
 
     def expert(self, e: int, x_nD: torch.Tensor) -> torch.Tensor:

@@ -275,7 +275,10 @@ class Trainer:
             idx_BT = packed.index_BT[:, :Tm]
         mask = mb.mask_BT
         pos_U, inv_M = torch.unique(idx_BT[mask], return_inverse=True)
-        logits_UV = (model.lm_head(hidden_ND[pos_U]) / self.temperature).float()
+        logits_UV = model.lm_head(hidden_ND[pos_U])
+        if self.temperature != 1.0:  # x / 1 is x: skip a pass over [U, V]
+            logits_UV = logits_UV / self.temperature
+        logits_UV = logits_UV.float()
         lse_U = torch.logsumexp(logits_UV, dim=-1)
         logp_M = logits_UV[inv_M, mb.target_ids_BT[mask]] - lse_U[inv_M]
         logp_BT = torch.zeros(Bm, Tm, dtype=logp_M.dtype, device=logp_M.device).index_put(mask.nonzero(as_tuple=True), logp_M)
@@ -296,7 +299,8 @@ class Trainer:
             mb_samples = samples[i:j]
             out.append((i, j, pack([s.token_ids for s in mb_samples], [s.group_id for s in mb_samples],
                                    int(batch.lengths_B[i:j].max()), self._moe_shape,
-                                   [s.routed_experts for s in mb_samples]).to(self.device)))
+                                   [s.routed_experts for s in mb_samples], chunk=self.train_cfg.suffix_chunk
+                                   ).to(self.device)))
             i = j
         return out
 

@@ -121,6 +121,35 @@ def test_grouped_experts_equal_dense_reference():
     torch.testing.assert_close(y_BTD.reshape(-1, 32), ref_ND + shared_ND, atol=1e-6, rtol=1e-5)
 
 
+@pytest.mark.parametrize("unused_expert", [False, True])
+def test_grouped_backward_gives_autograds_bits(unused_expert):
+    """train_experts.py's one-node backward: the same outputs and gradients, bit for bit, as
+    autograd through model.py's per-expert loop (including an expert that gets no rows)."""
+    from opencomposer.model.model import grouped_experts
+    from opencomposer.model.train_experts import grouped_experts_train
+
+    torch.manual_seed(0)
+    experts = tiny_model().layers[0].mlp.experts
+    E = experts.gate_up_proj.shape[0]
+    x_ND = torch.randn(40, 32, requires_grad=True)
+    w_NK = torch.rand(40, 2, requires_grad=True)
+    idx_NK = torch.stack([torch.randperm(E - int(unused_expert))[:2] for _ in range(40)])
+    gy_ND = torch.randn(40, 32)
+    runs = []
+    for fast in (False, True):
+        params = (x_ND, w_NK, experts.gate_up_proj, experts.down_proj)
+        for t in params:
+            t.grad = None
+        y_ND = (grouped_experts_train(x_ND, w_NK, idx_NK, experts.gate_up_proj, experts.down_proj) if fast
+                else grouped_experts(x_ND, w_NK, idx_NK, E, experts.expert))
+        (y_ND * gy_ND).sum().backward()
+        runs.append([y_ND.detach()] + [t.grad.clone() for t in params])
+    for a, b in zip(*runs):
+        assert torch.equal(a, b)
+    if unused_expert:
+        assert not runs[1][3][E - 1].any()
+
+
 def test_forward_outputs_and_gradients():
     model = tiny_model().train()
     ids = torch.randint(0, 61, (2, 9))
