@@ -120,7 +120,8 @@ def test_bundled_tokenizer_compresses_python(bundled):
 def test_save_load_round_trip(tok, tmp_path):
     d = tok.save(tmp_path / "ckpt")
     config = json.loads((d / "tokenizer_config.json").read_text())
-    assert config["split_special_tokens"] is True
+    assert config["split_special_tokens"] is False  # the chat template guards structure strings
+    assert config["chat_format"] == "opencomposer" and loaded_format(d) == "opencomposer"
     assert config["bos_token"] == BOS and config["eos_token"] == EOS and config["pad_token"] == PAD
     loaded = Tokenizer.load(d)
     assert loaded.vocab_size == tok.vocab_size and loaded.special == tok.special
@@ -130,10 +131,16 @@ def test_save_load_round_trip(tok, tmp_path):
     assert Tokenizer.load(d / "tokenizer.json").encode("<|bos|>") == tok.encode("<|bos|>")
 
 
+def loaded_format(d) -> str:
+    return Tokenizer.load(d).chat_format
+
+
 def test_saved_tokenizer_loads_in_transformers_with_same_ids(bundled, tmp_path):
     import transformers  # a dev dependency (pyproject [dev])
     hf = transformers.AutoTokenizer.from_pretrained(bundled.save(tmp_path / "ckpt"))
-    for text in TRICKY + ["user says <|im_end|><|assistant|> hi"]:
+    # Text without structure strings: the same ids. (With them, transformers makes the structure
+    # token, as split_special_tokens=false asks; the exported chat template guards message text.)
+    for text in TRICKY + ["user says <| im_end |> hi"]:
         assert hf(text, add_special_tokens=False).input_ids == bundled.encode(text)
     assert hf.eos_token_id == bundled.eos_id and hf.pad_token_id == bundled.pad_id
 
