@@ -1,7 +1,8 @@
-"""Hugging Face checkpoint I/O: config.json + sharded safetensors, as transformers' Qwen3-MoE.
+"""Hugging Face checkpoint I/O: config.json + sharded safetensors, as transformers' Qwen3-MoE and Qwen3.
 
-On disk, tensor names are those of Qwen3-MoE checkpoints on the Hub and of what
-transformers 5 `save_pretrained` writes: `model.` + our module path, with routed experts
+On disk, tensor names are those of Qwen3-MoE and Qwen3 (dense) checkpoints on the Hub and of what
+transformers 5 `save_pretrained` writes (a dense model has the same names less the routers and
+experts; config.json says which architecture, model/config.py): `model.` + our module path, with routed experts
 stored one tensor per expert and projection (`model.layers.N.mlp.experts.E.gate_proj.weight`,
 `up_proj`, `down_proj`). In memory both transformers 5 and this model stack them
 (gate_up_proj [E, 2F, D] = per expert cat(gate, up); down_proj [E, D, F]); reading also
