@@ -74,6 +74,7 @@ from opencomposer.pretrain.config import MTPConfig, PhaseConfig, PretrainOptimCo
 from opencomposer.pretrain.train import lr_at, make_optimizer, open_run_dir, set_lr, use_deterministic_algorithms
 from opencomposer.tasks.demonstrations import agent_config, collect_trajectories
 from opencomposer.training.metrics import MetricsWriter
+from opencomposer.training.logits import CHUNK_ELEMENTS, head_logprobs
 from opencomposer.training.packing import forward_packed, pack
 
 _CACHE_VERSION = 1  # bump when rendering changes meaning
@@ -303,8 +304,14 @@ def sft_loss(model: Transformer, ids_BL: torch.Tensor, mask_BL: torch.Tensor,
     use_mtp = mtp is not None and mtp.weight > 0 and len(model.mtp) > 0 and x_BT.shape[1] > 2
     out_logits = model.lm_head(hidden_BTD) if use_mtp else None
     sel_BT = m_BT > 0
-    logits_NV = out_logits[sel_BT] if use_mtp else model.lm_head(hidden_BTD[sel_BT])
-    main = F.cross_entropy(logits_NV.float(), y_BT[sel_BT])
+    n_targets = int(sel_BT.sum())
+    if use_mtp or n_targets * model.config.vocab_size <= CHUNK_ELEMENTS:
+        logits_NV = out_logits[sel_BT] if use_mtp else model.lm_head(hidden_BTD[sel_BT])
+        main = F.cross_entropy(logits_NV.float(), y_BT[sel_BT])
+    else:  # a large vocabulary: the head in chunks (training/logits.py)
+        logp_N, _ = head_logprobs(model.lm_head, hidden_BTD[sel_BT], torch.arange(n_targets, device=sel_BT.device),
+                                  y_BT[sel_BT])
+        main = -logp_N.mean()
     stats = {"loss_main": float(main.detach()), "targets": int(sel_BT.sum())}
     if not use_mtp:
         return main, stats
