@@ -68,6 +68,7 @@ from opencomposer.harness.trajectory import Trajectory, read_jsonl
 from opencomposer.model import Transformer, load_pretrained
 from opencomposer.model.chat import encode_with_mask
 from opencomposer.model.mtp import mtp_loss
+from opencomposer.model.export import check_tokenizer
 from opencomposer.model.tokenizer import Tokenizer, load_tokenizer
 from opencomposer.pretrain import checkpoint as ckpt
 from opencomposer.pretrain.config import MTPConfig, PhaseConfig, PretrainOptimConfig
@@ -450,6 +451,7 @@ def _load_model(cfg: SFTConfig, found: Path | None, tok: Tokenizer,
     if tok.vocab_size > model.config.vocab_size:
         raise ConfigError(f"the tokenizer has {tok.vocab_size} tokens but the model's vocab_size is "
                           f"{model.config.vocab_size}; set `tokenizer` to the model's own")
+    check_tokenizer(tok, model.config, cfg.init_from)  # the chat format's structure tokens
     model.to(device).train()
     return model, state
 
