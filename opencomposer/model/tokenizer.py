@@ -37,8 +37,8 @@ keep them in the text their tool parsers read); were they not special here, a us
 holding the string "<tool_call>" would encode to the structure token. `save` writes the file's
 own flags back unchanged. bos/eos/pad come from tokenizer_config.json (``"bos_token": null``
 means none, as Qwen3 has); a missing one is None. The chat format a tokenizer is rendered with
-is named in tokenizer_config.json under ``chat_format`` (absent: ``"opencomposer"``, the format of
-model/chat.py); model/vocab.py builds the real vocabularies (Qwen, DeepSeek) and adds a format's
+is named in tokenizer_config.json under ``chat_format`` (absent: recognised from a Hub checkpoint's
+own chat template, `detect_chat_format`, else ``"opencomposer"``, the format of model/chat.py); model/vocab.py builds the real vocabularies (Qwen, DeepSeek) and adds a format's
 structure tokens to a vocabulary that lacks them (`Tokenizer.add_special_tokens`).
 
 What `save` writes for transformers, vLLM and SGLang: tokenizer.json, and tokenizer_config.json
@@ -282,7 +282,9 @@ class Tokenizer:
         except Exception as exc:  # tokenizers raises a bare Exception on bad JSON
             raise CheckpointError(f"{file} is not a valid tokenizer.json: {exc}") from exc
         config_file = file.parent / CONFIG_FILE
-        config = json.loads(config_file.read_text()) if config_file.is_file() else None
+        config = json.loads(config_file.read_text()) if config_file.is_file() else {}
+        if "chat_format" not in config and (detected := detect_chat_format(config, file.parent)):
+            config["chat_format"] = detected
         return cls(hf, config)
 
     def save(self, directory: str | Path, *, chat_template: str | None = None) -> Path:
@@ -355,6 +357,22 @@ class Tokenizer:
 
     def __repr__(self) -> str:
         return f"Tokenizer(vocab_size={self.vocab_size}, special={len(self.special)})"
+
+
+def detect_chat_format(config: dict, directory: Path) -> str | None:
+    """The chat format of a checkpoint from the Hub, whose tokenizer_config.json names none: Qwen3-Coder's
+    template (ChatML with XML ``<function=...>`` calls) is "qwen3_coder", Qwen3's (ChatML with JSON
+    ``<tool_call>`` blocks) "qwen3"; anything else None (the default format, or set "chat_format")."""
+    template = config.get("chat_template")
+    if template is None and (directory / "chat_template.jinja").is_file():  # transformers 5 writes it apart
+        template = (directory / "chat_template.jinja").read_text(encoding="utf-8")
+    if isinstance(template, list):  # named templates: [{"name": ..., "template": ...}]
+        template = "\n".join(t.get("template", "") for t in template if isinstance(t, dict))
+    if not isinstance(template, str) or "<|im_start|>" not in template:
+        return None
+    if "<function=" in template:
+        return "qwen3_coder"
+    return "qwen3" if "<tool_call>" in template else None
 
 
 def bundled_tokenizer(name: str = "tokenizer-4k") -> Tokenizer:

@@ -202,3 +202,21 @@ def test_load_tokenizer_takes_a_spec_else_the_checkpoints_own_else_the_bundled_o
     assert load_tokenizer(None, checkpoint=tmp_path / "no-tokenizer-here").vocab_size == bundled.vocab_size
     with pytest.raises(CheckpointError, match="no tokenizer at"):
         load_tokenizer(tmp_path / "missing.json")
+
+
+@pytest.mark.parametrize("template, expected", [
+    ("{%- for m in messages %}<|im_start|>{{ m.role }}\n<tool_call>\n{{ tc | tojson }}</tool_call>{% endfor %}", "qwen3"),
+    ("<|im_start|>assistant\n<tool_call>\n<function={{ tc.name }}>\n<parameter=x>", "qwen3_coder"),
+    ("{{ bos_token }}{% for m in messages %}[INST]{{ m.content }}{% endfor %}", "opencomposer"),
+])
+def test_a_hub_checkpoint_without_chat_format_is_recognised_by_its_template(bundled, tmp_path, template, expected):
+    d = bundled.save(tmp_path / "ckpt")
+    config = json.loads((d / "tokenizer_config.json").read_text())
+    del config["chat_format"]
+    (d / "tokenizer_config.json").write_text(json.dumps({**config, "chat_template": template}))
+    assert Tokenizer.load(d).chat_format == expected
+    (d / "tokenizer_config.json").write_text(json.dumps(config))  # transformers 5: the template in its own file
+    (d / "chat_template.jinja").write_text(template)
+    assert Tokenizer.load(d).chat_format == expected
+    (d / "tokenizer_config.json").write_text(json.dumps({**config, "chat_format": "opencomposer"}))
+    assert Tokenizer.load(d).chat_format == "opencomposer"  # a named format wins
