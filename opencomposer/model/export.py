@@ -25,48 +25,19 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from opencomposer.errors import CheckpointError, ConfigError
-from opencomposer.model import chat
+from opencomposer.errors import CheckpointError
+from opencomposer.model.chat import format_class, get_format
 from opencomposer.model.config import ModelConfig
-from opencomposer.model.tokenizer import SPECIAL_TOKENS, Tokenizer
-
-
-class _Legacy:
-    """TRANSITIONAL, until the chat-format registry (chat.get_format, issue 18's formats) is merged:
-    opencomposer's one format, without a chat template or tool parser."""
-
-    name, tool_parser = "opencomposer", None
-
-    def __init__(self, tok: Tokenizer):
-        if tok.chat_format != "opencomposer":
-            raise CheckpointError(f"chat format {tok.chat_format!r} needs the chat-format registry")
-        missing = [t for t in SPECIAL_TOKENS[1:12] if t not in tok.special]
-        if missing:
-            raise CheckpointError(f"this tokenizer lacks the opencomposer format's structure tokens {missing}: "
-                                  f"use its own format's name in tokenizer_config.json, or add them "
-                                  f"(opencomposer model new, model/vocab.py with_structure_tokens)")
-        self.stops = chat.stop_token_ids(tok)
-
-    def chat_template(self) -> None:
-        return None
-
-    def stop_token_ids(self) -> list[int]:
-        return self.stops
-
-
-def get_format(tok: Tokenizer):
-    return chat.get_format(tok) if hasattr(chat, "get_format") else _Legacy(tok)
-
-
-def structure_tokens(name: str) -> tuple[str, ...]:
-    """The special strings chat format `name` needs (what `model new` adds to a vocabulary lacking them)."""
-    formats = getattr(chat, "FORMATS", {"opencomposer": None})  # TRANSITIONAL (see _Legacy)
-    if name not in formats:
-        raise ConfigError(f"unknown chat format {name!r}; known: {', '.join(formats)}")
-    return SPECIAL_TOKENS if formats[name] is None else tuple(formats[name].structure_tokens)
+from opencomposer.model.tokenizer import Tokenizer
 
 GENERATION_CONFIG = "generation_config.json"
 OPENCOMPOSER_FILE = "opencomposer.json"
+
+
+def structure_tokens(name: str) -> tuple[str, ...]:
+    """The special strings chat format `name` needs (what `model new` adds to a vocabulary lacking them);
+    ConfigError listing the known formats for an unknown name."""
+    return tuple(format_class(name).structure_tokens)
 
 
 def check_tokenizer(tok: Tokenizer, config: ModelConfig, where: str | Path = "the checkpoint") -> None:

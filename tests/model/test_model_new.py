@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 from opencomposer.cli import app
 from opencomposer.errors import CheckpointError, ConfigError
 from opencomposer.model import load_pretrained, save_pretrained
+from opencomposer.model.chat import encode_messages
 from opencomposer.model.export import check_tokenizer
 from opencomposer.model.new import new_checkpoint
 from opencomposer.model.tokenizer import load_tokenizer
@@ -24,8 +25,10 @@ def model_new(*args):
     return CliRunner().invoke(app, ["model", "new", *map(str, args)])
 
 
-@pytest.mark.parametrize("arch,vocab,fmt", [("qwen3_moe", "qwen", "opencomposer"), ("qwen3", "bundled", "opencomposer"),
-                                            ("qwen3", "deepseek", "opencomposer")])
+@pytest.mark.parametrize("arch,vocab,fmt", [
+    ("qwen3_moe", "qwen", "opencomposer"), ("qwen3", "bundled", "opencomposer"), ("qwen3", "deepseek", "opencomposer"),
+    ("qwen3_moe", "qwen", "qwen3"), ("qwen3", "qwen", "qwen3_coder"), ("qwen3", "bundled", "qwen3"),
+    ("qwen3_moe", "deepseek", "qwen3_coder")])
 def test_model_new_loads_in_transformers_with_the_same_logits_and_ids(arch, vocab, fmt, tmp_path):
     import transformers
 
@@ -49,6 +52,16 @@ def test_model_new_loads_in_transformers_with_the_same_logits_and_ids(arch, voca
     generation = json.loads((tmp_path / "generation_config.json").read_text())
     assert tok.special["<|im_end|>"] in generation["eos_token_id"]  # the turn end stops generate and vLLM
     assert hf.generation_config.eos_token_id == generation["eos_token_id"]
+    # the exported template, as transformers applies it, gives opencomposer's ids
+    conversation = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "fix f.py 中文"}]
+    want = encode_messages(tok, conversation, add_generation_prompt=True)
+    assert hf_tok.apply_chat_template(conversation, tokenize=True, add_generation_prompt=True,
+                                      return_dict=False) == want
+    meta = json.loads((tmp_path / "opencomposer.json").read_text())
+    assert meta["chat_format"] == fmt and meta["tool_parser"] == {"opencomposer": "opencomposer", "qwen3": "hermes",
+                                                                  "qwen3_coder": "qwen3_coder"}[fmt]
+    if vocab == "qwen" and fmt != "opencomposer":
+        assert summary["added_tokens"] == [] and tok.vocab_size == 151669  # Qwen3's own tokens at their own ids
 
 
 def test_model_new_checkpoint_runs_opencomposer_eval(tmp_path):
@@ -71,7 +84,7 @@ def test_model_new_checkpoint_runs_opencomposer_eval(tmp_path):
 @pytest.mark.parametrize("args,message", [
     (["--arch", "llama", "--vocab", "bundled", "--format", "opencomposer"], "unknown --arch 'llama'; known: qwen3, qwen3_moe"),
     (["--arch", "qwen3", "--vocab", "gpt2", "--format", "opencomposer"], "unknown --vocab 'gpt2'; known: qwen, deepseek, bundled"),
-    (["--arch", "qwen3", "--vocab", "bundled", "--format", "chatml"], "unknown chat format 'chatml'; known: opencomposer"),
+    (["--arch", "qwen3", "--vocab", "bundled", "--format", "chatml"], "unknown chat format 'chatml'; known formats: opencomposer, qwen3, qwen3_coder"),
     (["--arch", "qwen3", "--vocab", "bundled", "--format", "opencomposer", "--set", "vocab_size=1000"],
      "the tokenizer has 4096 ids but the model's vocab_size is 1000"),
     (["--arch", "qwen3", "--vocab", "bundled", "--format", "opencomposer", "--set", "hidden_sise=8"], "unknown key"),

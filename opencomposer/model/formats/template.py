@@ -30,7 +30,10 @@ def broken(s: str) -> str:
 
 
 def escape_macro(tok: Tokenizer) -> str:
-    """The `esc(text)` macro: every added token's string of `tok` broken (longest first)."""
-    chain = "".join(f" | replace({lit(t)}, {lit(broken(t))})"
-                    for t in sorted(tok.special, key=lambda t: (-len(t), t)) if len(t) > 1)
-    return "{%- macro esc(s) %}{{- (s | string)" + chain + " }}{%- endmacro %}"
+    """The `esc(text)` macro: every added token's string of `tok` broken (longest first). The
+    replacements are chained in `set` statements of at most 64 each: one expression of DeepSeek's
+    1,283 chained filters would overflow Jinja's recursive compiler."""
+    filters = [f" | replace({lit(t)}, {lit(broken(t))})"
+               for t in sorted(tok.special, key=lambda t: (-len(t), t)) if len(t) > 1]
+    sets = "".join("{%- set s = s" + "".join(filters[i:i + 64]) + " %}" for i in range(0, len(filters), 64))
+    return "{%- macro esc(s) %}{%- set s = s | string %}" + sets + "{{- s }}{%- endmacro %}"
