@@ -235,7 +235,7 @@ class ChatMLFormat(FormatBase):
                     messages.append(Message(role="tool", content=result, name=call.name if call else None,
                                             tool_call_id=call.id if call else None))
             else:
-                text = "".join(s for _, s in body if s != IM_END)
+                text = "".join(s for _, s in (body[:-1] if body[-1:] == [(True, IM_END)] else body))
                 if role == "system" and not messages and self.tools_header in text:
                     text, _, listing = text.partition(self.tools_header)
                     text = text[:-2] if text.endswith("\n\n") else text
@@ -304,7 +304,7 @@ class Qwen3Format(ChatMLFormat):
 
     def parse_call(self, raw: str, call_id: str, tools: Sequence[dict] | None) -> ChatToolCall:
         if not raw.strip():
-            return ChatToolCall(id=call_id, name="", arguments="", raw=raw, error="empty tool call")
+            return ChatToolCall(id=call_id, name="", arguments="", raw=raw, error="empty tool call (expected a JSON object)")
         return parse_json_call(raw, call_id)
 
     def chat_template(self) -> str:
