@@ -9,7 +9,7 @@ them into `<run.out_dir>/sft_data/trajectories.jsonl` (collection resumes: tasks
 skipped). Trajectory JSONL files written by anyone else (`opencomposer eval`, RL) can be added
 with `data.trajectories`.
 
-Rendering. Each segment of a trajectory becomes one example with the chat template and loss
+Rendering. Each segment of a trajectory becomes one example in the tokenizer's chat format (model/chat.py) and loss
 mask RL uses: a token-level segment keeps its own `token_ids` / `loss_mask` (exactly what
 the policy saw and sampled); a chat-level one (the oracle's) is encoded with
 `chat.encode_with_mask` over the segment's messages and the trajectory's tools, which gives

@@ -329,6 +329,7 @@ class ChatFormat(Protocol):
     name: str
     structure_tokens: tuple[str, ...]
     tool_parser: str
+    call_hint: str
     tok: Tokenizer
 
     def bos_ids(self) -> list[int]: ...
@@ -364,6 +365,7 @@ class FormatBase:
     structure_tokens: tuple[str, ...] = ()
     tool_parser = ""
     end_token = ""  # the token that ends a turn; generation stops on it
+    call_hint = '{"name": <tool>, "arguments": {...}} as valid JSON'  # how to write a call (tool errors)
     extra_stop_tokens: tuple[str, ...] = ()  # other stops (a base model's end of text), when present
 
     def __init__(self, tok: Tokenizer):

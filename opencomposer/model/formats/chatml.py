@@ -235,7 +235,7 @@ class ChatMLFormat(FormatBase):
                     messages.append(Message(role="tool", content=result, name=call.name if call else None,
                                             tool_call_id=call.id if call else None))
             else:
-                text = "".join(s for _, s in body if s != IM_END)
+                text = "".join(s for _, s in (body[:-1] if body[-1:] == [(True, IM_END)] else body))
                 if role == "system" and not messages and self.tools_header in text:
                     text, _, listing = text.partition(self.tools_header)
                     text = text[:-2] if text.endswith("\n\n") else text
@@ -304,7 +304,7 @@ class Qwen3Format(ChatMLFormat):
 
     def parse_call(self, raw: str, call_id: str, tools: Sequence[dict] | None) -> ChatToolCall:
         if not raw.strip():
-            return ChatToolCall(id=call_id, name="", arguments="", raw=raw, error="empty tool call")
+            return ChatToolCall(id=call_id, name="", arguments="", raw=raw, error="empty tool call (expected a JSON object)")
         return parse_json_call(raw, call_id)
 
     def chat_template(self) -> str:
@@ -378,6 +378,7 @@ class Qwen3CoderFormat(ChatMLFormat):
     tool_parser = "qwen3_coder"
     tools_header = CODER_TOOLS_HEADER
     call_separator = "\n\n"
+    call_hint = "<function=NAME> then one <parameter=ARG>, value, </parameter> block per argument, then </function>"
 
     def tools_pieces(self, tools: Sequence[dict]) -> list[Piece]:
         a, b, c, d = CODER_INSTRUCTIONS
@@ -406,9 +407,8 @@ class Qwen3CoderFormat(ChatMLFormat):
             args = json.loads(call.arguments)
         except json.JSONDecodeError:
             args = None
-        if not isinstance(args, dict):
-            raise MessageError(f"tool call {call.name!r}: the qwen3_coder format needs arguments that are a JSON "
-                               f"object, got {call.arguments[:80]!r}")
+        if not isinstance(args, dict):  # not a call the model could write: kept as text, never raised
+            return f"\n<function={call.name}>\n{call.arguments}\n</function>\n"
         params = "".join(f"<parameter={k}>\n{v if isinstance(v, str) else json.dumps(v, ensure_ascii=False)}"
                          f"\n</parameter>\n" for k, v in args.items())
         return f"\n<function={call.name}>\n{params}</function>\n"
