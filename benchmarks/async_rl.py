@@ -42,7 +42,8 @@ from opencomposer.engine.fake import FakeEngine, assistant_reply
 from opencomposer.engine.types import GenerationResult
 from opencomposer.harness.agent import AgentConfig
 from opencomposer.model import ModelConfig, Transformer
-from opencomposer.model.tokenizer import END, bundled_tokenizer
+from opencomposer.model.chat import stop_token_ids
+from opencomposer.model.tokenizer import bundled_tokenizer
 from opencomposer.rl.config import AgenticConfig
 from opencomposer.rl.orchestrator import Orchestrator
 from opencomposer.rl.rewards import RewardConfig
@@ -74,7 +75,7 @@ class SleepyToolPolicy:
                 "command": f"sleep {self.sleeps[k]:.3f}"}}])
         else:
             ids = assistant_reply(self.tokenizer, "Done.")
-        assert ids[-1] == self.tokenizer.special_id(END)
+        assert ids[-1] == stop_token_ids(self.tokenizer)[0]
         return GenerationResult(request_id=f"s{k}", prompt_ids=list(input_ids), output_ids=ids,
                                 finish_reason="stop", logprobs=[-1.0] * len(ids),
                                 policy_versions=[self.engine.policy_version] * len(ids))

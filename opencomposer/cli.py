@@ -11,6 +11,7 @@ import typer
 from opencomposer.engine.cli import serve
 from opencomposer.eval.cli import eval_command, report_command
 from opencomposer.harness.cli import app as tool_app
+from opencomposer.model.cli import app as model_app
 from opencomposer.pretrain.cli import pretrain, sft
 from opencomposer.rl.cli import rl
 from opencomposer.sandbox.cli import app as sandbox_app
@@ -21,6 +22,7 @@ app = typer.Typer(no_args_is_help=True, add_completion=False,
 app.add_typer(sandbox_app, name="sandbox", help="Isolated copy-on-write workspaces.")
 app.add_typer(tool_app, name="tool", help="The agent's IDE tools, one call at a time.")
 app.add_typer(tasks_app, name="tasks", help="Task suites: build, grade, validate, export.")
+app.add_typer(model_app, name="model", help="Checkpoints: a small random one with a real vocabulary and format.")
 app.command("eval")(eval_command)
 app.command("report")(report_command)
 app.command("serve")(serve)

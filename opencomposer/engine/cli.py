@@ -44,6 +44,7 @@ def serve(
     from opencomposer.engine.server import create_app
     from opencomposer.errors import OpenComposerError
     from opencomposer.model import load_pretrained
+    from opencomposer.model.export import check_tokenizer
     from opencomposer.model.tokenizer import load_tokenizer
 
     if dtype is not None and dtype not in _DTYPES:
@@ -51,9 +52,7 @@ def serve(
     try:
         net = load_pretrained(model, dtype=getattr(torch, dtype) if dtype else None)
         tok = load_tokenizer(checkpoint=model)
-        if tok.vocab_size > net.config.vocab_size:
-            raise OpenComposerError(f"the tokenizer has {tok.vocab_size} tokens but the model's vocab_size is "
-                                    f"{net.config.vocab_size}: put the model's own tokenizer.json in {model}")
+        check_tokenizer(tok, net.config, model)  # vocabulary size, the chat format's tokens
         context = max_len or min(4096, net.config.max_position_embeddings)
         engine = Engine(net, max_slots=max_slots, max_len=context, speculative_depth=speculative_depth,
                         num_threads=threads)

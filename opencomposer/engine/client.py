@@ -27,8 +27,8 @@ Backends:
 | `VLLMClient(base_url, model)` | vLLM's ``/v1/completions`` with a token-id prompt | as SGLangClient |
 | `OpenAIChatClient(base_url, model, ...)` | raises `InferenceError` | ``{base_url}/chat/completions``, with cost |
 
-Chat through the tokenizer (``tokenizer=``) is exact for opencomposer models: the prompt is
-`encode_messages` and the reply is parsed from ids; a server's own chat endpoint uses the
+Chat through the tokenizer (``tokenizer=``) is exact for every chat format (model/chat.py: the
+tokenizer's `chat_format`): the prompt is `encode_messages` and the reply is parsed from ids; a server's own chat endpoint uses the
 server's chat template (for public models that ship one). Stop strings are matched on the
 client side when the client holds the tokenizer, by the server otherwise.
 
@@ -98,11 +98,12 @@ GenerateFn = Callable[[list[int], SamplingParams], Awaitable[GenerationResult]]
 
 
 async def chat_turn(generate: GenerateFn, tok: Tokenizer, prompt_ids: list[int], sampling: SamplingParams,
-                    call_id_prefix: str | None = None) -> ChatResult:
+                    call_id_prefix: str | None = None, tools: Sequence[dict] | None = None) -> ChatResult:
     """One assistant turn over a token-level `generate`: stop on the chat format's end tokens
     (plus any the caller gave), match stop strings here, parse the reply.
 
-    `prompt_ids` is ``encode_messages(tok, messages, tools, add_generation_prompt=True)``.
+    `prompt_ids` is ``encode_messages(tok, messages, tools, add_generation_prompt=True)``; the reply is
+    parsed in the tokenizer's chat format (`tools` types the arguments of formats that need it).
     finish_reason: "length" when cut off by max tokens, else "tool_calls" when the reply
     holds a valid call, else "stop"."""
     stops = tuple(dict.fromkeys((*sampling.stop_token_ids, *stop_token_ids(tok))))
@@ -110,9 +111,10 @@ async def chat_turn(generate: GenerateFn, tok: Tokenizer, prompt_ids: list[int],
     result, matched = apply_stop_strings(result, tok, sampling.stop)
     prefix = call_id_prefix or f"call_{uuid.uuid4().hex[:8]}_"
     if matched is None:
-        parsed = parse_assistant(result.output_ids, tok, call_id_prefix=prefix)
+        parsed = parse_assistant(result.output_ids, tok, call_id_prefix=prefix, tools=tools)
     else:  # cut the text at the stop string; special tokens are kept as strings for the parser
-        parsed = parse_assistant(text_before_stop(tok.decode(result.output_ids), matched), call_id_prefix=prefix)
+        parsed = parse_assistant(text_before_stop(tok.decode(result.output_ids), matched), tok,
+                                 call_id_prefix=prefix, tools=tools)
     if result.finish_reason == "stop":
         finish = "tool_calls" if parsed.valid_calls else "stop"
     else:
@@ -152,7 +154,7 @@ class InProcessClient:
                    sampling: SamplingParams = SamplingParams()) -> ChatResult:
         tok = self._tok("chat")
         return await chat_turn(self.generate, tok, encode_messages(tok, messages, tools, add_generation_prompt=True),
-                               sampling)
+                               sampling, tools=tools)
 
     async def aclose(self) -> None:
         pass
@@ -262,7 +264,7 @@ async def _token_server_chat(client: "SGLangClient | VLLMClient", messages: Sequ
     client has one, else through the server's own chat endpoint (and chat template)."""
     if client.tokenizer is not None:
         prompt = encode_messages(client.tokenizer, messages, tools, add_generation_prompt=True)
-        return await chat_turn(client.generate, client.tokenizer, prompt, sampling)
+        return await chat_turn(client.generate, client.tokenizer, prompt, sampling, tools=tools)
     return _chat_result(await client._post("/v1/chat/completions",
                                            _openai_chat_body(client.model, messages, tools, sampling)))
 

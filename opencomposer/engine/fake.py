@@ -29,7 +29,7 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from opencomposer.engine.types import GenerationRequest, GenerationResult
-from opencomposer.model.chat import encode_turn
+from opencomposer.model.chat import get_format
 from opencomposer.model.tokenizer import Tokenizer
 
 
@@ -114,9 +114,9 @@ class FakeEngine:
 
 def assistant_reply(tok: Tokenizer, content: str = "", *, thinking: str | None = None,
                     tool_calls: Sequence[dict] = ()) -> list[int]:
-    """The ids a model would generate for this assistant turn (after ``<|assistant|>``, up to
-    and including ``<|im_end|>``), for `FakeEngine(replies=...)`. Tool calls are
+    """The ids a model would generate for this assistant turn in the tokenizer's chat format (after
+    the generation prompt, up to and including the turn end), for `FakeEngine(replies=...)`. Tool calls are
     ``{"name": ..., "arguments": {...}}`` dicts or OpenAI tool-call dicts."""
     message = {"role": "assistant", "content": content, "reasoning_content": thinking,
                "tool_calls": [c if "function" in c else {"function": c} for c in tool_calls]}
-    return encode_turn(tok, message)[1:]
+    return get_format(tok).generated_ids(message)

@@ -18,8 +18,9 @@ Endpoints (`create_app`; `opencomposer serve` runs it with uvicorn):
   (base64 int32, rows ``[routed_experts_start_len, P + T - 1)``, see protocol.py), and the
   opencomposer extensions ``routed_experts_shape`` ([rows, L_moe, K]), ``policy_versions``
   (per output token) and ``spec_accepted_tokens`` / ``spec_proposed_tokens``.
-- ``POST /v1/chat/completions`` (OpenAI): messages and tools through model/chat.py's
-  format; ``choices[i].message`` has content, tool_calls and reasoning_content;
+- ``POST /v1/chat/completions`` (OpenAI): messages and tools through the tokenizer's chat format
+  (model/chat.py: opencomposer, qwen3, qwen3_coder; a reply sent back re-renders to the ids
+  generated when they were the canonical encoding); ``choices[i].message`` has content, tool_calls and reasoning_content;
   finish_reason "tool_calls" when the reply holds a valid call; ``stop`` strings are matched
   on the decoded reply; ``logprobs``; ``n``; vLLM's ``return_token_ids`` adds
   ``choices[i].token_ids`` and ``prompt_token_ids``. ``max_tokens`` defaults to the rest of
@@ -418,7 +419,8 @@ class Routes:
             chat_turn(srv.generate_ids, tokenizer, ids, srv.sampling(
                 temperature=body.temperature, top_p=body.top_p, top_k=body.top_k, max_new_tokens=max_new,
                 stop=body.stop, stop_token_ids=body.stop_token_ids,
-                seed=None if body.seed is None else body.seed + i), call_id_prefix=f"call_{uuid.uuid4().hex[:8]}_")
+                seed=None if body.seed is None else body.seed + i), call_id_prefix=f"call_{uuid.uuid4().hex[:8]}_",
+                tools=tools)
             for i in range(body.n)))
         choices = [_chat_choice(tokenizer, body, i, turn) for i, turn in enumerate(turns)]
         completion_tokens = sum(t.usage.completion_tokens for t in turns)

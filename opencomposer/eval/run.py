@@ -203,6 +203,7 @@ def _engine_policy(path: str, options: EvalOptions) -> PolicyFactory | None:
     from opencomposer.engine.client import InProcessClient
     from opencomposer.engine.engine import Engine
     from opencomposer.model import load_pretrained
+    from opencomposer.model.export import check_tokenizer
     from opencomposer.model.tokenizer import load_tokenizer
 
     if not path:
@@ -210,9 +211,7 @@ def _engine_policy(path: str, options: EvalOptions) -> PolicyFactory | None:
     ckpt = Path(path)
     net = load_pretrained(ckpt, device=resolve_device(options.device))
     tok = load_tokenizer(options.tokenizer, checkpoint=ckpt)
-    if tok.vocab_size > net.config.vocab_size:
-        raise ConfigError(f"the tokenizer has {tok.vocab_size} tokens but {ckpt}'s vocab_size is "
-                          f"{net.config.vocab_size}: give the model's own tokenizer with --tokenizer")
+    check_tokenizer(tok, net.config, ckpt)  # vocabulary size, the chat format's tokens
     max_len = options.agent.context_window or min(net.config.max_position_embeddings, 32_768)
     engine = Engine(net, max_slots=options.concurrency, max_len=max_len)
     policy = TokenClientPolicy(InProcessClient(engine, tok), tok, name=f"engine:{ckpt.name}", routed_experts=False)

@@ -19,7 +19,8 @@ Two kinds of policy:
   deterministic policies in `opencomposer.tasks.policies`). Token counts come from the
   reply's usage when it has one, else from the loop's tokenizer.
 - `TokenPolicy`: token ids in, `GenerationResult` out (the engine seam). The loop encodes
-  the conversation itself with the chat template (model/chat.py), append-only, and keeps
+  the conversation itself in the tokenizer's chat format (model/chat.py: opencomposer's, Qwen3's,
+  Qwen3-Coder's), append-only (each turn given the role before it), and keeps
   every generated id verbatim, never re-tokenised, with its behaviour logprob, routed
   experts and policy version; what the loop inserts (prompt, tool results, summary
   requests, role tokens) has loss mask 0. This is the record RL trains on
@@ -60,7 +61,7 @@ from opencomposer.errors import ConfigError
 from opencomposer.harness.tools import ToolBox, ToolCall, ToolConfig, ToolResult, ToolStats
 from opencomposer.harness.trajectory import Prices, Segment, ToolRecord, Trajectory, TurnRecord
 from opencomposer.model.chat import (
-    Message, encode_messages, encode_turn, finish_generated, generation_prompt_ids, parse_assistant,
+    Message, encode_messages, encode_turn, finish_generated, generation_prompt_ids, get_format, parse_assistant,
     stop_token_ids, summarized_context, summary_request_message, tool_result_message,
 )
 from opencomposer.model.tokenizer import Tokenizer, bundled_tokenizer
@@ -252,8 +253,8 @@ class _ChatContext:
         self._reported, self._counted = 0, len(encode_messages(self.tok, messages, self.tools))
 
     def append(self, message: dict) -> int:
+        n = len(encode_turn(self.tok, message, previous_role=_last_role(self.segment)))
         self.segment.messages.append(message)
-        n = len(encode_turn(self.tok, message))
         self._counted += n
         return n
 
@@ -265,7 +266,7 @@ class _ChatContext:
         if isinstance(reply, dict):
             reply = ChatReply(message=reply)
         msg = Message.from_openai({**reply.message, "role": "assistant"})
-        counted = len(encode_turn(self.tok, msg)) - 1  # without the role token, which the loop adds
+        counted = len(get_format(self.tok).generated_ids(msg))  # without the generation prompt
         prompt = reply.prompt_tokens if reply.prompt_tokens is not None else self.context_tokens() + 1
         completion = reply.completion_tokens if reply.completion_tokens is not None else counted
         self.append(message_dict(msg))
@@ -302,8 +303,8 @@ class _TokenContext:
         self._experts.append((len(ids), experts))
 
     def append(self, message: dict) -> int:
+        ids = encode_turn(self.tok, message, previous_role=_last_role(self.segment))
         self.segment.messages.append(message)
-        ids = encode_turn(self.tok, message)
         self._extend(ids)
         return len(ids)
 
@@ -311,7 +312,7 @@ class _TokenContext:
         return len(self.segment.token_ids)
 
     async def generate(self, turn: int) -> _Turn:
-        self._extend(generation_prompt_ids(self.tok))
+        self._extend(generation_prompt_ids(self.tok, _last_role(self.segment)))
         prompt = list(self.segment.token_ids)
         seed = None if self.sampling_seed is None else derive_seed(self.sampling_seed, self.requests)
         self.requests += 1
@@ -322,8 +323,8 @@ class _TokenContext:
         out = list(res.output_ids)
         full = finish_generated(self.tok, out)
         self._extend(out, 1, res.logprobs, res.policy_versions, res.routed_experts)
-        self._extend(full[len(out):])  # an <|im_end|> the policy did not sample
-        parsed = parse_assistant(full, self.tok, call_id_prefix=f"call_{turn}_")
+        self._extend(full[len(out):])  # a turn end (and separator) the policy did not sample
+        parsed = parse_assistant(full, self.tok, call_id_prefix=f"call_{turn}_", tools=self.tools)
         msg = parsed.to_message()
         self.segment.messages.append(message_dict(msg))
         return _Turn(msg, len(prompt), len(out), res.finish_reason, res.finish_reason == "length")
@@ -337,6 +338,10 @@ class _TokenContext:
         parts = [np.asarray(e, dtype=np.int32) if e is not None else np.full((n, *shapes[0]), -1, np.int32)
                  for n, e in self._experts]
         self.segment.routed_experts = np.concatenate(parts)
+
+
+def _last_role(segment: Segment) -> str | None:
+    return segment.messages[-1]["role"] if segment.messages else None
 
 
 def _context_for(policy, tools: list[dict], tok: Tokenizer, config: AgentConfig, sampling_seed: int | None):
@@ -487,7 +492,8 @@ class Agent:
         msg = turn.message
         if msg.thinking:
             c.thinking_tokens += len(self.tok.encode(msg.thinking))
-        c.tool_call_tokens += sum(len(self.tok.encode(call.text())) + 2 for call in msg.tool_calls)
+        fmt = get_format(self.tok)
+        c.tool_call_tokens += sum(len(self.tok.encode(fmt.call_text(call))) + 2 for call in msg.tool_calls)
         t.turns.append(TurnRecord(segment=len(t.segments) - 1, kind=kind, prompt_tokens=turn.prompt_tokens,
                                   completion_tokens=turn.completion_tokens, policy_s=round(dt, 4),
                                   finish_reason=turn.finish_reason))
@@ -515,7 +521,7 @@ class Agent:
                 raw = call.raw or ""
                 results.append(ToolResult(call.id, call.name, False, "",
                                           f"malformed tool call ({call.error}); write "
-                                          '{"name": <tool>, "arguments": {...}} as valid JSON',
+                                          + get_format(self.tok).call_hint,
                                           ToolStats(bytes_in=len(raw.encode()), error_kind="malformed")))
             else:
                 results.append(None)

@@ -1,7 +1,9 @@
-"""ModelConfig: the size and shape of a Qwen3-MoE decoder with DeepSeek-V3-style MTP modules.
+"""ModelConfig: the size and shape of a Qwen3 decoder (MoE or dense) with DeepSeek-V3-style MTP modules.
 
 Field names follow Hugging Face's `Qwen3MoeConfig` so that a checkpoint's config.json maps
-onto this dataclass key for key. Two fields are ours: `shared_expert_intermediate_size`
+onto this dataclass key for key. `num_experts: 0` is a dense model, Qwen3 (`Qwen3Config`,
+`Qwen3ForCausalLM`: the same keys less the MoE ones, the same tensors less the routers and
+experts); `arch` names which, and config.json is read and written in that architecture's layout. Two fields are ours: `shared_expert_intermediate_size`
 (a Qwen2-MoE-style shared expert; Qwen3-MoE has none, so 0) and `num_mtp_modules` (D, the
 number of multi-token-prediction depths). Both are written into config.json as extra keys
 that transformers keeps as plain attributes and otherwise ignores.
@@ -34,6 +36,10 @@ _HF_IGNORED_KEYS = {
     "return_dict", "output_hidden_states", "output_attentions", "chunk_size_feed_forward",
     "is_encoder_decoder", "id2label", "label2id", "problem_type", "tokenizer_class",
 }
+ARCHS = {"qwen3_moe": "Qwen3MoeForCausalLM", "qwen3": "Qwen3ForCausalLM"}  # model_type -> architecture
+# The keys only Qwen3-MoE has (a dense Qwen3 config.json has none of them).
+_MOE_KEYS = ("num_experts", "num_experts_per_tok", "moe_intermediate_size", "norm_topk_prob",
+             "decoder_sparse_step", "mlp_only_layers", "shared_expert_intermediate_size")
 _YARN_KEYS = {"rope_type", "type", "factor", "original_max_position_embeddings", "beta_fast",
               "beta_slow", "attention_factor", "mscale", "mscale_all_dim", "truncate"}
 
@@ -47,19 +53,19 @@ class ModelConfig:
     hidden_size: int
     """D: width of the residual stream."""
     intermediate_size: int
-    """Dense-MLP width (layers listed in mlp_only_layers, MTP blocks)."""
-    moe_intermediate_size: int
-    """Width of one routed expert."""
+    """Dense-MLP width (every layer of a dense model; layers listed in mlp_only_layers, MTP blocks)."""
     num_hidden_layers: int
     """Decoder layers."""
     num_attention_heads: int
     """Query heads per layer."""
     num_key_value_heads: int
     """Key/value heads; fewer than num_attention_heads is grouped-query attention."""
-    num_experts: int
-    """Routed experts per MoE layer; 0 is a dense model."""
-    num_experts_per_tok: int
-    """K of the top-k routing."""
+    num_experts: int = 0
+    """Routed experts per MoE layer; 0 is a dense model (Qwen3)."""
+    num_experts_per_tok: int = 0
+    """K of the top-k routing (MoE only)."""
+    moe_intermediate_size: int = 0
+    """Width of one routed expert (MoE only)."""
     head_dim: int | None = None
     """Width of one attention head; None: hidden_size // num_attention_heads (as transformers)."""
     norm_topk_prob: bool = False
@@ -91,14 +97,14 @@ class ModelConfig:
         if self.head_dim is None:
             self.head_dim = self.hidden_size // max(self.num_attention_heads, 1)
         self.mlp_only_layers = list(self.mlp_only_layers)
-        for name in ("vocab_size", "hidden_size", "intermediate_size", "moe_intermediate_size",
+        for name in ("vocab_size", "hidden_size", "intermediate_size",
                      "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim",
                      "decoder_sparse_step", "max_position_embeddings"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(f"model config: {name} must be a positive integer, got {value!r}")
-        for name in ("num_experts", "num_experts_per_tok", "shared_expert_intermediate_size",
-                     "num_mtp_modules"):
+        for name in ("num_experts", "num_experts_per_tok", "moe_intermediate_size",
+                     "shared_expert_intermediate_size", "num_mtp_modules"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise ConfigError(f"model config: {name} must be an integer >= 0, got {value!r}")
@@ -112,6 +118,12 @@ class ModelConfig:
             raise ConfigError(
                 f"model config: num_experts_per_tok must be in 1..num_experts ({self.num_experts}), "
                 f"got {self.num_experts_per_tok}")
+        if not self.num_experts and self.shared_expert_intermediate_size:
+            raise ConfigError("model config: shared_expert_intermediate_size needs routed experts (num_experts > 0); "
+                              "a dense model's MLP width is intermediate_size")
+        if self.num_experts and self.moe_intermediate_size < 1:
+            raise ConfigError("model config: moe_intermediate_size must be a positive integer for an MoE model "
+                              f"(num_experts={self.num_experts}), got {self.moe_intermediate_size!r}")
         bad = [i for i in self.mlp_only_layers if not 0 <= i < self.num_hidden_layers]
         if bad:
             raise ConfigError(f"model config: mlp_only_layers {bad} are outside 0..{self.num_hidden_layers - 1}")
@@ -120,6 +132,11 @@ class ModelConfig:
         self.rope_scaling = _check_rope_scaling(self.rope_scaling, self.max_position_embeddings)
 
     # ---- derived sizes ------------------------------------------------------------------
+
+    @property
+    def arch(self) -> str:
+        """"qwen3_moe" (routed experts), or "qwen3" (dense: num_experts 0): the config.json model_type."""
+        return "qwen3_moe" if self.num_experts else "qwen3"
 
     def is_moe_layer(self, layer_id: int) -> bool:
         """The rule transformers' Qwen3MoeDecoderLayer uses to pick a sparse or dense MLP."""
@@ -167,10 +184,16 @@ class ModelConfig:
 
     @classmethod
     def from_hf_dict(cls, d: dict[str, Any]) -> "ModelConfig":
-        """Read a transformers Qwen3-MoE config.json dict (Hub layout or transformers 5 layout)."""
+        """Read a transformers Qwen3-MoE or Qwen3 config.json dict (Hub layout or transformers 5 layout)."""
         d = dict(d)
-        if d.get("model_type", "qwen3_moe") != "qwen3_moe":
-            raise ConfigError(f"config.json: model_type is {d['model_type']!r}, expected 'qwen3_moe'")
+        model_type = d.get("model_type", "qwen3_moe")
+        if model_type not in ARCHS:
+            raise ConfigError(f"config.json: model_type is {model_type!r}; supported: {', '.join(ARCHS)} "
+                              f"(Qwen3MoeForCausalLM, Qwen3ForCausalLM): convert the checkpoint to one of them")
+        layer_types = d.pop("layer_types", None)  # transformers 5 writes one per layer
+        if layer_types is not None and set(layer_types) - {"full_attention"}:
+            raise ConfigError(f"config.json: layer_types {sorted(set(layer_types))} are not supported "
+                              f"(only full_attention: no sliding-window layers)")
         if d.get("hidden_act", "silu") != "silu":
             raise ConfigError(f"config.json: hidden_act {d['hidden_act']!r} is not supported (only 'silu')")
         if d.get("use_sliding_window"):
@@ -184,23 +207,33 @@ class ModelConfig:
             kind = rope.get("rope_type", rope.get("type", "default"))
             d["rope_scaling"] = None if kind == "default" else rope
         known = {f.name for f in dataclasses.fields(cls)}
+        if model_type == "qwen3":
+            known -= set(_MOE_KEYS)
         unknown = sorted(k for k in d if k not in known and k not in _HF_IGNORED_KEYS
                          and not k.startswith("_"))
         if unknown:
             raise ConfigError(
-                f"config.json: unknown key(s) {unknown}; this model reads the Qwen3-MoE keys {sorted(known)}")
-        required = ("vocab_size", "hidden_size", "intermediate_size", "moe_intermediate_size",
-                    "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "num_experts",
-                    "num_experts_per_tok", "max_position_embeddings")
+                f"config.json: unknown key(s) {unknown}; this model reads the {model_type} keys {sorted(known)}")
+        required = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+                    "num_key_value_heads", "max_position_embeddings")
+        if model_type == "qwen3_moe":
+            required += ("moe_intermediate_size", "num_experts", "num_experts_per_tok")
         missing = [k for k in required if k not in d]
         if missing:
             raise ConfigError(f"config.json: missing required key(s) {missing}")
+        if model_type == "qwen3_moe" and not d["num_experts"]:
+            raise ConfigError("config.json: a qwen3_moe model with num_experts 0 is dense: write it as "
+                              "model_type qwen3 (Qwen3ForCausalLM)")
         return cls(**{k: v for k, v in d.items() if k in known})
 
     def to_hf_dict(self) -> dict[str, Any]:
-        """config.json for transformers' Qwen3MoeForCausalLM (the Hub layout, read by 4.51+ and 5.x)."""
+        """config.json for transformers' Qwen3MoeForCausalLM, or Qwen3ForCausalLM for a dense model
+        (the Hub layout, read by 4.51+ and 5.x). A dense model's config has no MoE keys."""
         d = self.to_dict()
-        d.update(architectures=["Qwen3MoeForCausalLM"], model_type="qwen3_moe", hidden_act="silu",
+        if self.arch == "qwen3":
+            for key in _MOE_KEYS:
+                del d[key]
+        d.update(architectures=[ARCHS[self.arch]], model_type=self.arch, hidden_act="silu",
                  use_sliding_window=False, attention_dropout=0.0)
         return d
 

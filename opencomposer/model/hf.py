@@ -1,7 +1,8 @@
-"""Hugging Face checkpoint I/O: config.json + sharded safetensors, as transformers' Qwen3-MoE.
+"""Hugging Face checkpoint I/O: config.json + sharded safetensors, as transformers' Qwen3-MoE and Qwen3.
 
-On disk, tensor names are those of Qwen3-MoE checkpoints on the Hub and of what
-transformers 5 `save_pretrained` writes: `model.` + our module path, with routed experts
+On disk, tensor names are those of Qwen3-MoE and Qwen3 (dense) checkpoints on the Hub and of what
+transformers 5 `save_pretrained` writes (a dense model has the same names less the routers and
+experts; config.json says which architecture, model/config.py): `model.` + our module path, with routed experts
 stored one tensor per expert and projection (`model.layers.N.mlp.experts.E.gate_proj.weight`,
 `up_proj`, `down_proj`). In memory both transformers 5 and this model stack them
 (gate_up_proj [E, 2F, D] = per expert cat(gate, up); down_proj [E, D, F]); reading also
@@ -10,8 +11,9 @@ under `mtp.` that transformers reports as unexpected and ignores; with tied embe
 lm_head.weight is not written (transformers re-ties it).
 
 Covered: sharding with model.safetensors.index.json, a single model.safetensors on read,
-dtype conversion, and errors naming the tensor or key at fault. Left out: other
-architectures' weight names, quantized checkpoints, and tokenizer files (tokenizer.py).
+dtype conversion, and errors naming the tensor or key at fault. With `tokenizer=`, the
+tokenizer files, chat template, generation config and tool-parser name (export.py) are
+written beside the weights. Left out: other architectures' weight names, quantized checkpoints.
 """
 
 from __future__ import annotations
@@ -26,7 +28,9 @@ from safetensors.torch import save_file
 
 from opencomposer.errors import CheckpointError, ConfigError
 from opencomposer.model.config import ModelConfig
+from opencomposer.model.export import check_tokenizer, write_tokenizer_files
 from opencomposer.model.model import Transformer
+from opencomposer.model.tokenizer import Tokenizer
 
 INDEX = "model.safetensors.index.json"
 _EXPERTS = re.compile(r"layers\.(\d+)\.mlp\.experts\.(gate_up_proj|down_proj)")
@@ -67,13 +71,18 @@ def _parse_size(size: int | str) -> int:
     return int(float(m[1]) * {"B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9}[m[2]])
 
 
-def save_pretrained(model: Transformer, path: str | Path, max_shard_size: int | str = "5GB") -> None:
-    """Write config.json, model-0000i-of-0000n.safetensors shards and model.safetensors.index.json.
+def save_pretrained(model: Transformer, path: str | Path, max_shard_size: int | str = "5GB", *,
+                    tokenizer: Tokenizer | None = None) -> None:
+    """Write config.json, model-0000i-of-0000n.safetensors shards and model.safetensors.index.json,
+    and with `tokenizer` what serving needs beside them (export.py: tokenizer files with the chat
+    template, generation_config.json, opencomposer.json; checked against the model's vocab_size).
 
     Previous model*.safetensors files in `path` are removed first, so a directory saved to
     twice never mixes shards of two saves.
     """
     path = Path(path)
+    if tokenizer is not None:  # before any file is written
+        check_tokenizer(tokenizer, model.config, path)
     path.mkdir(parents=True, exist_ok=True)
     limit = _parse_size(max_shard_size)
     tensors = to_hf_tensors(model)
@@ -101,6 +110,8 @@ def save_pretrained(model: Transformer, path: str | Path, max_shard_size: int | 
     hf = model.config.to_hf_dict()
     hf["dtype"] = str(next(model.parameters()).dtype).removeprefix("torch.")
     (path / "config.json").write_text(json.dumps(hf, indent=2, sort_keys=True) + "\n")
+    if tokenizer is not None:
+        write_tokenizer_files(tokenizer, path)
 
 
 def load_config(path: str | Path) -> tuple[ModelConfig, dict]:

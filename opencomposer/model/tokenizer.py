@@ -29,10 +29,29 @@ its corpus) was made with
 on the standard library and test suite of the venv's CPython 3.11.7 (1,736 files, 30 MB);
 training is deterministic (two runs give the same file). `bundled_tokenizer()` loads it.
 
-Left out: a chat template in Jinja for `transformers.apply_chat_template` (it would
-re-tokenize special strings as text, since special strings are split here; use
-model/chat.py), byte fallback / unknown tokens (not needed with byte-level BPE),
-fill-in-the-middle tokens (reserved ids are kept for them), incremental streaming decode.
+Tokenizers from elsewhere (`Tokenizer.load`: any Hugging Face tokenizer.json, with its
+tokenizer_config.json): every *added* token is treated as special here, whether or not the file
+marks it so. Qwen3's tokenizer.json marks ``<think>``, ``<tool_call>``, ``<tool_response>`` and
+their closers as added but not special (so that servers decoding with ``skip_special_tokens``
+keep them in the text their tool parsers read); were they not special here, a user message
+holding the string "<tool_call>" would encode to the structure token. `save` writes the file's
+own flags back unchanged. bos/eos/pad come from tokenizer_config.json (``"bos_token": null``
+means none, as Qwen3 has); a missing one is None. The chat format a tokenizer is rendered with
+is named in tokenizer_config.json under ``chat_format`` (absent: recognised from a Hub checkpoint's
+own chat template, `detect_chat_format`, else ``"opencomposer"``, the format of model/chat.py); model/vocab.py builds the real vocabularies (Qwen, DeepSeek) and adds a format's
+structure tokens to a vocabulary that lacks them (`Tokenizer.add_special_tokens`).
+
+What `save` writes for transformers, vLLM and SGLang: tokenizer.json, and tokenizer_config.json
+with ``chat_format``, the format's Jinja ``chat_template`` when given, and
+``split_special_tokens: false``. False because with true those libraries would split the
+template's own structure strings into bytes too; the template itself keeps structure strings in
+message text from becoming structure tokens (model/chat.py's formats, docs/models.md), and this
+class's `encode` never produces them whatever the file says.
+
+Left out: byte fallback / unknown tokens (not needed with byte-level BPE), fill-in-the-middle
+tokens (reserved ids are kept for them), incremental streaming decode, tokenizers without a
+tokenizer.json (sentencepiece .model files, tiktoken files: convert them first, as
+model/vocab.py does for Qwen's).
 """
 
 from __future__ import annotations
@@ -42,9 +61,9 @@ import hashlib
 import json
 import sysconfig
 from pathlib import Path
-from typing import Iterable, Iterator, Sequence
+from typing import Callable, Iterable, Iterator, Sequence
 
-from tokenizers import Regex, decoders, models, pre_tokenizers, trainers
+from tokenizers import AddedToken, Regex, decoders, models, pre_tokenizers, trainers
 from tokenizers import Tokenizer as HFTokenizer
 
 from opencomposer.errors import CheckpointError, ConfigError
@@ -76,6 +95,10 @@ CODE_SPLIT_PATTERN = (
 BUNDLED_DIR = Path(__file__).parent / "assets"
 TOKENIZER_FILE = "tokenizer.json"
 CONFIG_FILE = "tokenizer_config.json"
+DEFAULT_FORMAT = "opencomposer"  # the chat format of a tokenizer_config.json without "chat_format"
+# tokenizer_config.json keys `save` does not carry over: tokenizer.json holds the added tokens
+# (a stale copy would disagree after `add_special_tokens`), and no remote code is run.
+_STALE_CONFIG_KEYS = ("added_tokens_decoder", "additional_special_tokens", "auto_map", "extra_special_tokens")
 
 
 _SKIP_DIRS = {"__pycache__", "site-packages", "dist-packages"}  # installed third-party code is not "ours"
@@ -171,6 +194,11 @@ def train_tokenizer(
     return tok
 
 
+def _as_special(token: AddedToken) -> AddedToken:
+    return AddedToken(token.content, single_word=token.single_word, lstrip=token.lstrip, rstrip=token.rstrip,
+                      normalized=token.normalized, special=True)
+
+
 def _token_content(value: object) -> str | None:
     """tokenizer_config.json writes a token as a string or as {"content": ...}."""
     if isinstance(value, dict):
@@ -182,26 +210,63 @@ class Tokenizer:
     """A loaded tokenizer: text <-> ids, with the special token ids as attributes.
 
     `encode` never produces special tokens (see the module docstring); `special` maps
-    every special token string to its id; `bos_id`, `eos_id`, `pad_id` are None only for
-    a foreign tokenizer that lacks them.
+    every special token string (every added token of the HF tokenizer) to its id; `bos_id`,
+    `eos_id`, `pad_id` are None for a tokenizer that lacks them (Qwen3 has no bos).
     """
 
     def __init__(self, hf: HFTokenizer, config: dict | None = None):
         self.hf = hf
+        self.config = dict(config or {})
+        added = hf.get_added_tokens_decoder()
+        # Added but not special in the file (Qwen3's <think>, <tool_call>, ...): special here,
+        # so that text never encodes to them; `save` restores the file's flag.
+        self._not_special_in_file = sorted(t.content for t in added.values() if not t.special)
+        if self._not_special_in_file:
+            hf.add_special_tokens([_as_special(t) for t in added.values() if not t.special])
         # Literal special strings in user text are encoded as text, never as the token.
         self.hf.encode_special_tokens = True
-        self.config = dict(config or {})
-        self.special: dict[str, int] = {
-            t.content: i for i, t in hf.get_added_tokens_decoder().items() if t.special}
+        self.special: dict[str, int] = {t.content: i for i, t in hf.get_added_tokens_decoder().items()}
         self._special_ids = frozenset(self.special.values())
+        self.bos_id = self._lookup("bos_token", BOS)
+        self.eos_id = self._lookup("eos_token", EOS)
+        self.pad_id = self._lookup("pad_token", PAD)
 
-        def lookup(key: str, default: str) -> int | None:
-            name = _token_content(self.config.get(key)) or default
-            return self.special.get(name, hf.token_to_id(name))
+    def _lookup(self, key: str, default: str) -> int | None:
+        """The id of tokenizer_config.json's `key`; `default` when the key is absent; None when
+        it is null or names a token this vocabulary lacks."""
+        name = _token_content(self.config[key]) if key in self.config else default
+        if name is None:
+            return None
+        return self.special.get(name, self.hf.token_to_id(name))
 
-        self.bos_id = lookup("bos_token", BOS)
-        self.eos_id = lookup("eos_token", EOS)
-        self.pad_id = lookup("pad_token", PAD)
+    @property
+    def chat_format(self) -> str:
+        """The chat format this tokenizer is rendered with (tokenizer_config.json "chat_format")."""
+        return self.config.get("chat_format", DEFAULT_FORMAT)
+
+    def add_special_tokens(self, tokens: Sequence[str], *, special_in_file: bool | Callable[[str], bool] = True,
+                           bos: str | None = None, eos: str | None = None, pad: str | None = None,
+                           chat_format: str | None = None) -> list[int]:
+        """Add `tokens` (those not yet in the vocabulary) after the last id; returns their ids.
+
+        special_in_file: how tokenizer.json marks each new token (a bool, or a function of the
+        token): `encode` never yields any of them either way (the class docstring); False matters
+        to servers that decode with skip_special_tokens and parse the text. bos/eos/pad/chat_format
+        set the tokenizer_config.json entries of the same names.
+        """
+        flag = special_in_file if callable(special_in_file) else (lambda _t: special_in_file)
+        new = [t for t in dict.fromkeys(tokens) if t not in self.special and self.hf.token_to_id(t) is None]
+        self.hf.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in new])
+        self._not_special_in_file = sorted({*self._not_special_in_file, *(t for t in new if not flag(t))})
+        self.special = {t.content: i for i, t in self.hf.get_added_tokens_decoder().items()}
+        self._special_ids = frozenset(self.special.values())
+        for key, value in (("bos_token", bos), ("eos_token", eos), ("pad_token", pad), ("chat_format", chat_format)):
+            if value is not None:
+                self.config[key] = value
+        self.bos_id = self._lookup("bos_token", BOS)
+        self.eos_id = self._lookup("eos_token", EOS)
+        self.pad_id = self._lookup("pad_token", PAD)
+        return [self.special[t] for t in tokens]
 
     @classmethod
     def load(cls, path: str | Path) -> "Tokenizer":
@@ -217,27 +282,44 @@ class Tokenizer:
         except Exception as exc:  # tokenizers raises a bare Exception on bad JSON
             raise CheckpointError(f"{file} is not a valid tokenizer.json: {exc}") from exc
         config_file = file.parent / CONFIG_FILE
-        config = json.loads(config_file.read_text()) if config_file.is_file() else None
+        config = json.loads(config_file.read_text()) if config_file.is_file() else {}
+        if "chat_format" not in config and (detected := detect_chat_format(config, file.parent)):
+            config["chat_format"] = detected
         return cls(hf, config)
 
-    def save(self, directory: str | Path) -> Path:
+    def save(self, directory: str | Path, *, chat_template: str | None = None) -> Path:
         """Write tokenizer.json and tokenizer_config.json into `directory` (created if needed),
-        in the layout transformers' `AutoTokenizer.from_pretrained` reads."""
+        in the layout transformers' `AutoTokenizer.from_pretrained` reads, with the chat format's
+        name and, when given, its Jinja `chat_template` (see the module docstring)."""
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
-        self.hf.save(str(directory / TOKENIZER_FILE))
-        config = {
-            **self.config,
+        (directory / TOKENIZER_FILE).write_text(self.to_json(), encoding="utf-8")
+        config = {k: v for k, v in self.config.items() if k not in _STALE_CONFIG_KEYS}
+        config.update({
             "tokenizer_class": "PreTrainedTokenizerFast",
             "bos_token": self.hf.id_to_token(self.bos_id) if self.bos_id is not None else None,
             "eos_token": self.hf.id_to_token(self.eos_id) if self.eos_id is not None else None,
             "pad_token": self.hf.id_to_token(self.pad_id) if self.pad_id is not None else None,
-            "split_special_tokens": True,  # same guarantee as `encode` here, in transformers
+            "chat_format": self.chat_format,
+            # false: true would split the chat template's own structure strings too (module docstring)
+            "split_special_tokens": False,
             "clean_up_tokenization_spaces": False,
             "add_bos_token": False,
-        }
-        (directory / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n")
+            "add_eos_token": False,
+        })
+        if chat_template is not None:
+            config["chat_template"] = chat_template
+        (directory / CONFIG_FILE).write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
         return directory
+
+    def to_json(self) -> str:
+        """tokenizer.json as the source file marked its added tokens (special or not)."""
+        data = json.loads(self.hf.to_str())
+        keep = set(self._not_special_in_file)
+        for entry in data.get("added_tokens", []):
+            if entry["content"] in keep:
+                entry["special"] = False
+        return json.dumps(data, ensure_ascii=False, indent=2)
 
     @property
     def vocab_size(self) -> int:
@@ -260,8 +342,9 @@ class Tokenizer:
             return self.special[token]
         except KeyError:
             raise CheckpointError(
-                f"this tokenizer has no special token {token!r}; opencomposer's chat format needs a "
-                f"tokenizer trained by opencomposer.model.tokenizer (or bundled_tokenizer())") from None
+                f"this tokenizer has no special token {token!r} (its chat format is {self.chat_format!r}); "
+                f"use a tokenizer that has it, or add it with `opencomposer model new` / "
+                f"Tokenizer.add_special_tokens (docs/models.md)") from None
 
     def is_special(self, token_id: int) -> bool:
         return token_id in self._special_ids
@@ -274,6 +357,22 @@ class Tokenizer:
 
     def __repr__(self) -> str:
         return f"Tokenizer(vocab_size={self.vocab_size}, special={len(self.special)})"
+
+
+def detect_chat_format(config: dict, directory: Path) -> str | None:
+    """The chat format of a checkpoint from the Hub, whose tokenizer_config.json names none: Qwen3-Coder's
+    template (ChatML with XML ``<function=...>`` calls) is "qwen3_coder", Qwen3's (ChatML with JSON
+    ``<tool_call>`` blocks) "qwen3"; anything else None (the default format, or set "chat_format")."""
+    template = config.get("chat_template")
+    if template is None and (directory / "chat_template.jinja").is_file():  # transformers 5 writes it apart
+        template = (directory / "chat_template.jinja").read_text(encoding="utf-8")
+    if isinstance(template, list):  # named templates: [{"name": ..., "template": ...}]
+        template = "\n".join(t.get("template", "") for t in template if isinstance(t, dict))
+    if not isinstance(template, str) or "<|im_start|>" not in template:
+        return None
+    if "<function=" in template:
+        return "qwen3_coder"
+    return "qwen3" if "<tool_call>" in template else None
 
 
 def bundled_tokenizer(name: str = "tokenizer-4k") -> Tokenizer:

@@ -1,7 +1,8 @@
 """Pretraining checkpoints: an HF model directory plus the trainer state, written atomically.
 
     <run_dir>/checkpoints/step_0000300/
-        model/          config.json + safetensors (save_pretrained) + tokenizer.json: servable as is
+        model/          config.json + safetensors + tokenizer files with the chat template,
+                        generation_config.json (save_pretrained(tokenizer=...)): servable as is
         trainer.pt      step, optimizer state, data cursor, RNG states, the model config before extension
         config.yaml     the resolved run config
 
@@ -86,8 +87,7 @@ def save_checkpoint(run_dir: str | Path, step: int, model: Transformer, gathered
         plain.load_state_dict(gathered, assign=True)
         plain.inv_freq, plain.rope_scale = model.inv_freq, model.rope_scale
         model = plain
-    save_pretrained(model, tmp / "model")
-    tokenizer.save(tmp / "model")
+    save_pretrained(model, tmp / "model", tokenizer=tokenizer)  # + chat template, generation config
     torch.save(trainer_state, tmp / TRAINER_STATE)
     (tmp / "config.yaml").write_text(config_yaml)
     if final.exists():  # only when a run is asked to save the same step twice

@@ -39,7 +39,6 @@ import copy
 import json
 import math
 import random
-import shutil
 import time
 from pathlib import Path
 from typing import Callable, Sequence
@@ -203,12 +202,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                          steps=args.steps, batch_size=args.batch_size, seq_len=args.seq_len, lr=args.lr,
                          pad_id=tok.pad_id or 0)
     out = Path(args.out)
-    save_pretrained(model, out)
-    tok_dir = Path(args.tokenizer or args.model)
-    tok_dir = tok_dir if tok_dir.is_dir() else tok_dir.parent
-    for name in ("tokenizer.json", "tokenizer_config.json"):
-        if (tok_dir / name).is_file():
-            shutil.copy(tok_dir / name, out / name)
+    save_pretrained(model, out, tokenizer=tok)  # with its chat template and generation config
     (out / "mtp_distill.json").write_text(json.dumps({**report, "source": str(args.model), "data": args.data,
                                                       "steps": args.steps, "lr": args.lr}, indent=2))
     print(json.dumps(report, indent=2))

@@ -9,7 +9,7 @@ them into `<run.out_dir>/sft_data/trajectories.jsonl` (collection resumes: tasks
 skipped). Trajectory JSONL files written by anyone else (`opencomposer eval`, RL) can be added
 with `data.trajectories`.
 
-Rendering. Each segment of a trajectory becomes one example with the chat template and loss
+Rendering. Each segment of a trajectory becomes one example in the tokenizer's chat format (model/chat.py) and loss
 mask RL uses: a token-level segment keeps its own `token_ids` / `loss_mask` (exactly what
 the policy saw and sampled); a chat-level one (the oracle's) is encoded with
 `chat.encode_with_mask` over the segment's messages and the trajectory's tools, which gives
@@ -68,12 +68,14 @@ from opencomposer.harness.trajectory import Trajectory, read_jsonl
 from opencomposer.model import Transformer, load_pretrained
 from opencomposer.model.chat import encode_with_mask
 from opencomposer.model.mtp import mtp_loss
+from opencomposer.model.export import check_tokenizer
 from opencomposer.model.tokenizer import Tokenizer, load_tokenizer
 from opencomposer.pretrain import checkpoint as ckpt
 from opencomposer.pretrain.config import MTPConfig, PhaseConfig, PretrainOptimConfig
 from opencomposer.pretrain.train import lr_at, make_optimizer, open_run_dir, set_lr, use_deterministic_algorithms
 from opencomposer.tasks.demonstrations import agent_config, collect_trajectories
 from opencomposer.training.metrics import MetricsWriter
+from opencomposer.training.logits import CHUNK_ELEMENTS, head_logprobs
 from opencomposer.training.packing import forward_packed, pack
 
 _CACHE_VERSION = 1  # bump when rendering changes meaning
@@ -303,8 +305,14 @@ def sft_loss(model: Transformer, ids_BL: torch.Tensor, mask_BL: torch.Tensor,
     use_mtp = mtp is not None and mtp.weight > 0 and len(model.mtp) > 0 and x_BT.shape[1] > 2
     out_logits = model.lm_head(hidden_BTD) if use_mtp else None
     sel_BT = m_BT > 0
-    logits_NV = out_logits[sel_BT] if use_mtp else model.lm_head(hidden_BTD[sel_BT])
-    main = F.cross_entropy(logits_NV.float(), y_BT[sel_BT])
+    n_targets = int(sel_BT.sum())
+    if use_mtp or n_targets * model.config.vocab_size <= CHUNK_ELEMENTS:
+        logits_NV = out_logits[sel_BT] if use_mtp else model.lm_head(hidden_BTD[sel_BT])
+        main = F.cross_entropy(logits_NV.float(), y_BT[sel_BT])
+    else:  # a large vocabulary: the head in chunks (training/logits.py)
+        logp_N, _ = head_logprobs(model.lm_head, hidden_BTD[sel_BT], torch.arange(n_targets, device=sel_BT.device),
+                                  y_BT[sel_BT])
+        main = -logp_N.mean()
     stats = {"loss_main": float(main.detach()), "targets": int(sel_BT.sum())}
     if not use_mtp:
         return main, stats
@@ -443,6 +451,7 @@ def _load_model(cfg: SFTConfig, found: Path | None, tok: Tokenizer,
     if tok.vocab_size > model.config.vocab_size:
         raise ConfigError(f"the tokenizer has {tok.vocab_size} tokens but the model's vocab_size is "
                           f"{model.config.vocab_size}; set `tokenizer` to the model's own")
+    check_tokenizer(tok, model.config, cfg.init_from)  # the chat format's structure tokens
     model.to(device).train()
     return model, state
 

@@ -54,6 +54,7 @@ from opencomposer.model import ModelConfig, Transformer, load_pretrained
 from opencomposer.model.model import rope_frequencies
 from opencomposer.model.mtp import mtp_loss
 from opencomposer.model.parallelize import apply_ddp, apply_fsdp
+from opencomposer.model.export import check_tokenizer
 from opencomposer.model.tokenizer import Tokenizer, load_tokenizer
 from opencomposer.pretrain import checkpoint as ckpt
 from opencomposer.pretrain.config import MTPConfig, PhaseConfig, PretrainConfig
@@ -307,6 +308,7 @@ def _set_up(cfg: PretrainConfig, resume: bool, d: DistInfo) -> _Run:
     if tok.vocab_size > model.config.vocab_size:
         raise ConfigError(f"the tokenizer has {tok.vocab_size} tokens but the model's vocab_size is "
                           f"{model.config.vocab_size}; use a matching data.tokenizer or model")
+    check_tokenizer(tok, model.config, cfg.data.tokenizer)  # the chat format's tokens (SFT and RL render chats)
     model.to(d.device).train()
     loss_module = PretrainLoss(model, cfg.mtp)
     runner = wrap(loss_module, cfg, d)

@@ -2,7 +2,8 @@
 
 A checkpoint is a directory `<run>/checkpoints/step_<N>` holding
 
-    model/          the policy as an HF checkpoint (opencomposer.model.save_pretrained: servable as is)
+    model/          the policy as an HF checkpoint with its tokenizer, chat template and generation
+                    config (opencomposer.model.save_pretrained: servable as is)
     trainer.pt      optimizer state, policy version, step count (Trainer.state_dict)
     rng.pt          python `random`, numpy's global and torch's CPU (and CUDA) generator states
     buffer.pt       finished groups not yet trained (buffer.GroupBuffer.state_dict: tensors only)
@@ -38,6 +39,7 @@ import yaml
 
 from opencomposer.errors import CheckpointError
 from opencomposer.model import Transformer, load_pretrained, save_pretrained
+from opencomposer.model.tokenizer import Tokenizer
 
 _STEP_DIR = re.compile(r"step_(\d+)")
 
@@ -99,15 +101,16 @@ class Checkpointer:
 
     def save(self, step: int, *, model: Transformer, trainer_state: dict[str, Any], version: int,
              cursor: dict[str, Any], buffer: list[dict[str, Any]] = (), config: dict[str, Any] | None = None,
-             extra: dict[str, Any] | None = None) -> Path:
-        """Write step_<step> atomically and prune old ones; returns its path."""
+             extra: dict[str, Any] | None = None, tokenizer: Tokenizer | None = None) -> Path:
+        """Write step_<step> atomically and prune old ones; returns its path. With `tokenizer`, the
+        model directory carries it, its chat template and generation config (model/export.py)."""
         self.root.mkdir(parents=True, exist_ok=True)
         for stale in self.root.glob("*.tmp"):  # left by a run killed mid-save
             shutil.rmtree(stale, ignore_errors=True)
         final = self.root / f"step_{step:08d}"
         tmp = self.root / f"step_{step:08d}.tmp"
         tmp.mkdir()
-        save_pretrained(model, tmp / "model")
+        save_pretrained(model, tmp / "model", tokenizer=tokenizer)
         torch.save(trainer_state, tmp / "trainer.pt")
         torch.save(rng_state(), tmp / "rng.pt")
         torch.save(list(buffer), tmp / "buffer.pt")

@@ -50,8 +50,9 @@ class ModelSourceConfig(Section):
     """HF-format checkpoint directory (opencomposer.model.save_pretrained's layout)."""
     config: str | None = None
     """ModelConfig YAML (e.g. configs/model/tiny.yaml) for a randomly initialised model (seeded by run.seed)."""
-    tokenizer: str = "bundled:tokenizer-4k"
-    """"bundled:NAME" for a packaged tokenizer, or a tokenizer.json file / directory."""
+    tokenizer: str | None = None
+    """"bundled:NAME" for a packaged tokenizer, or a tokenizer.json file / directory; None: model.path's own
+    tokenizer.json when it has one, else the bundled tokenizer-4k."""
     dtype: Literal["float32", "bfloat16"] = "float32"
     """Trainer parameter dtype (float32 keeps Adam exact on CPU)."""
 

@@ -382,13 +382,12 @@ def run_agentic(cfg, *, resume: bool = False, make_policy: PolicyFactory | None 
     on_step(step, metrics) runs after each step's metrics are written, before its checkpoint.
     """
     from opencomposer.harness.agent import TokenClientPolicy
-    from opencomposer.model.tokenizer import load_tokenizer
     from opencomposer.sandbox import get_backend
 
     a = cfg.agentic
     run = Run.open(cfg, resume, on_step)
     tasks = select_tasks(a)
-    tokenizer = load_tokenizer(cfg.model.tokenizer)
+    tokenizer = run.tokenizer
     trainer = build_trainer(cfg, run.state, tokenizer)
     model = trainer.model
     replay = cfg.train.router_replay and bool(model.config.moe_layers)

@@ -52,9 +52,8 @@ from typing import Callable, Sequence
 import ray
 
 from opencomposer.model.parallelize import apply_fsdp
-from opencomposer.model.tokenizer import load_tokenizer
 from opencomposer.rl.orchestrator import Orchestrator, agent_config, select_tasks
-from opencomposer.rl.run import Run, build_engine, load_models
+from opencomposer.rl.run import Run, build_engine, load_models, run_tokenizer
 
 
 def _cfg(cfg_json: dict):
@@ -121,7 +120,7 @@ class RolloutActor:
 
         self.cfg = _cfg(cfg_json)
         self.backend = get_backend(self.cfg.agentic.backend)
-        tok = load_tokenizer(self.cfg.model.tokenizer)
+        tok = run_tokenizer(self.cfg)
         self.policy = RayTokenPolicy(inference, tok, routed_experts)
         self.rollout = self.cfg.agentic.rollout.model_copy(update={"agent": agent_config(self.cfg)})
         self.images: dict[str, object] = {}

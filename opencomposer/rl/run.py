@@ -29,9 +29,9 @@ from typing import Any, Callable
 import torch
 
 from opencomposer.device import resolve_device
-from opencomposer.errors import ConfigError
 from opencomposer.model import Transformer
-from opencomposer.model.tokenizer import Tokenizer
+from opencomposer.model.export import check_tokenizer
+from opencomposer.model.tokenizer import Tokenizer, load_tokenizer
 from opencomposer.rl import checkpoint
 from opencomposer.rl.checkpoint import Checkpointer, CheckpointState, set_rng_state
 from opencomposer.rl.config import RLConfig
@@ -63,6 +63,8 @@ class Run:
     on_step: StepHook | None = None
     snapshot: Callable[[int], dict[str, Any]] | None = None
     metrics: MetricsWriter | None = None
+    tokenizer: Tokenizer | None = None  # saved into every checkpoint's model directory
+
 
     @classmethod
     def open(cls, cfg: RLConfig, resume: bool, on_step: StepHook | None = None) -> "Run":
@@ -71,7 +73,8 @@ class Run:
         ckpt, state = checkpoint.open_run(cfg, run_dir, resume, RESUMABLE_CHANGES)
         if cfg.run.num_threads:
             torch.set_num_threads(cfg.run.num_threads)
-        return cls(cfg, run_dir, ckpt, state, state.step if state is not None else 0, on_step)
+        return cls(cfg, run_dir, ckpt, state, state.step if state is not None else 0, on_step,
+                   tokenizer=run_tokenizer(cfg))
 
     @property
     def start_step(self) -> int:
@@ -84,7 +87,7 @@ class Run:
         return self.metrics
 
     def save(self, step: int) -> None:
-        self.ckpt.save(step, config=self.cfg.model_dump(mode="json"), **self.snapshot(step))
+        self.ckpt.save(step, config=self.cfg.model_dump(mode="json"), tokenizer=self.tokenizer, **self.snapshot(step))
         self.saved_step = step
 
     def end_step(self, step: int, metrics: dict[str, float]) -> None:
@@ -105,6 +108,11 @@ class Run:
             self.metrics.close()
 
 
+def run_tokenizer(cfg: RLConfig) -> Tokenizer:
+    """model.tokenizer when set, else the checkpoint's own (model.path), else the bundled one."""
+    return load_tokenizer(cfg.model.tokenizer, checkpoint=cfg.model.path)
+
+
 # ---- the trained side ---------------------------------------------------------------------------
 
 def load_models(cfg: RLConfig, state: CheckpointState | None,
@@ -123,9 +131,7 @@ def build_trainer(cfg: RLConfig, state: CheckpointState | None, tokenizer: Token
     optimizer, version and the global RNG states as they were saved."""
     device = resolve_device(cfg.run.device, "run.device")  # the trainer's, the reference's and the engine's
     model, ref = load_models(cfg, state, device)
-    if tokenizer.vocab_size > model.config.vocab_size:
-        raise ConfigError(f"the tokenizer has {tokenizer.vocab_size} tokens, the model's vocab_size is "
-                          f"{model.config.vocab_size}")
+    check_tokenizer(tokenizer, model.config, cfg.model.path or cfg.model.config)
     trainer = Trainer.from_config(cfg, model, ref)
     if state is not None:
         trainer.load_state_dict(state.trainer)

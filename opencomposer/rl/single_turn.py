@@ -36,7 +36,7 @@ import numpy as np
 
 from opencomposer.engine.types import GenerationRequest, GenerationResult, SamplingParams, behaviour_logprobs_mode
 from opencomposer.errors import ConfigError, InferenceError
-from opencomposer.model.tokenizer import Tokenizer, load_tokenizer
+from opencomposer.model.tokenizer import Tokenizer
 from opencomposer.rl.buffer import DataCursor, Group, GroupBuffer, Sample
 from opencomposer.rl.config import RewardFunctionConfig, RLConfig
 from opencomposer.rl.run import Run, build_trainer, embedded_inference
@@ -231,7 +231,7 @@ def run_single_turn(cfg: RLConfig, *, resume: bool = False, prompts: Sequence[Pr
         raise ConfigError("single-turn mode generates with the embedded engine: weight_sync.mode must be "
                           "'in_place' ('disk' is for remote inference servers)")
     run = Run.open(cfg, resume, on_step)
-    tokenizer = load_tokenizer(cfg.model.tokenizer)
+    tokenizer = run.tokenizer
     data = list(prompts) if prompts is not None else load_prompts(cfg.data.prompts, cfg.data.prompt_field,
                                                                    cfg.data.id_field)
     by_id = {p.id: p for p in data}

@@ -57,6 +57,7 @@ from opencomposer.rl.advantages import AdvantageConfig, compute_advantages, dege
 from opencomposer.rl.buffer import Group, Sample
 from opencomposer.rl.losses import PolicyLossConfig, kl_in_reward, policy_loss
 from opencomposer.rl.rewards import RewardConfig
+from opencomposer.training.logits import head_logprobs
 from opencomposer.training.packing import Packed, forward_packed, pack
 from opencomposer.training.schedule import warmup_cosine_lr
 
@@ -275,15 +276,9 @@ class Trainer:
             idx_BT = packed.index_BT[:, :Tm]
         mask = mb.mask_BT
         pos_U, inv_M = torch.unique(idx_BT[mask], return_inverse=True)
-        logits_UV = model.lm_head(hidden_ND[pos_U])
-        if self.temperature != 1.0:  # x / 1 is x: skip a pass over [U, V]
-            logits_UV = logits_UV / self.temperature
-        logits_UV = logits_UV.float()
-        lse_U = torch.logsumexp(logits_UV, dim=-1)
-        logp_M = logits_UV[inv_M, mb.target_ids_BT[mask]] - lse_U[inv_M]
+        logp_M, ent_U = head_logprobs(model.lm_head, hidden_ND[pos_U], inv_M, mb.target_ids_BT[mask],
+                                      self.temperature, entropy=True)  # in chunks for a large vocabulary
         logp_BT = torch.zeros(Bm, Tm, dtype=logp_M.dtype, device=logp_M.device).index_put(mask.nonzero(as_tuple=True), logp_M)
-        with torch.no_grad():
-            ent_U = lse_U - (torch.softmax(logits_UV, -1) * logits_UV).sum(-1)
         return logp_BT, ent_U[inv_M], replaced
 
     def _micro_batches(self, samples: Sequence[Sample], batch: Batch) -> list[tuple[int, int, Packed | None]]:

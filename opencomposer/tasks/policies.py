@@ -36,7 +36,8 @@ import numpy as np
 from opencomposer.engine.types import GenerationResult, SamplingParams
 from opencomposer.errors import TaskError
 from opencomposer.harness.agent import ChatReply
-from opencomposer.model.tokenizer import END, SPECIAL_TOKENS, Tokenizer
+from opencomposer.model.chat import stop_token_ids
+from opencomposer.model.tokenizer import Tokenizer
 from opencomposer.tasks.task import Task
 
 # ----------------------------------------------------------------------------- unified diffs
@@ -282,20 +283,23 @@ class ScriptedPolicy:
         return r if isinstance(r, ChatReply) else ChatReply(r)
 
 
-_SPECIAL_RE = re.compile("(" + "|".join(re.escape(s) for s in SPECIAL_TOKENS) + ")")
+@lru_cache(maxsize=16)
+def _special_re(strings: tuple[str, ...]) -> re.Pattern:
+    return re.compile("(" + "|".join(re.escape(s) for s in sorted(strings, key=len, reverse=True)) + ")")
 
 
 def text_to_ids(tok: Tokenizer, text: str) -> list[int]:
-    """Ids of text in which chat special strings ("<|tool_call|>") stand for their tokens."""
+    """Ids of text in which the tokenizer's special strings ("<|tool_call|>" in opencomposer's
+    format, "<tool_call>" in Qwen3's) stand for their tokens."""
     ids: list[int] = []
-    for k, piece in enumerate(_SPECIAL_RE.split(text)):
+    for k, piece in enumerate(_special_re(tuple(tok.special)).split(text)):
         ids += [tok.special_id(piece)] if k % 2 else tok.encode(piece) if piece else []
     return ids
 
 
 class ScriptedTokenPolicy:
     """Token level: returns `outputs` in order (text with special strings, or ids; an Exception
-    is raised), ending each with <|im_end|> unless cut by max_new_tokens. Logprobs, routed
+    is raised), ending each with the chat format's turn end unless cut by max_new_tokens. Logprobs, routed
     experts ([T, n_layers, top_k]) and policy versions are deterministic functions of the ids,
     so tests can check they land in the trajectory next to the right tokens."""
 
@@ -322,7 +326,7 @@ class ScriptedTokenPolicy:
         if isinstance(out, BaseException):
             raise out
         ids = text_to_ids(self.tokenizer, out) if isinstance(out, str) else list(out)
-        end = self.tokenizer.special_id(END)
+        end = stop_token_ids(self.tokenizer)[0]  # the chat format's turn end
         if not ids or ids[-1] != end:
             ids.append(end)
         reason = "stop"

@@ -294,3 +294,22 @@ def test_prepacked_kernels_match_eager_and_keep_training_exact():
     assert full_logprobs(model, reqs[0].input_ids, r.output_ids)[0].tolist() == r.output_ids
     eager.stop()
     packed.stop()
+
+
+@pytest.mark.parametrize("speculative_depth", [0, 2])
+def test_a_dense_qwen3_model_decodes_as_its_recomputation(speculative_depth):
+    """Qwen3 dense (no routers): cached, batched and speculative decoding, logprobs, no routed experts."""
+    dense = tiny_model(seed=3, num_experts=0, num_experts_per_tok=0, moe_intermediate_size=0, mlp_only_layers=[],
+                       tie_word_embeddings=True)
+    assert dense.config.arch == "qwen3"
+    e = Engine(copy.deepcopy(dense), max_slots=4, max_len=48, speculative_depth=speculative_depth)
+    try:
+        ps = prompts(3, seed=5)
+        results = e.generate_batch([GenerationRequest(p, greedy(14), return_routed_experts=True) for p in ps])
+        for p, r in zip(ps, results):
+            argmax, logp = full_logprobs(dense, p, r.output_ids)
+            assert argmax.tolist() == r.output_ids
+            np.testing.assert_allclose(r.logprobs, logp.numpy(), atol=1e-5)
+            assert r.routed_experts is None or np.asarray(r.routed_experts).shape[1] == 0
+    finally:
+        e.stop()

@@ -207,3 +207,55 @@ def test_rope_frequencies_match_transformers(rope_scaling):
     else:
         hf_inv, hf_scale = ROPE_INIT_FUNCTIONS["yarn"](hf_cfg, "cpu")
     assert torch.equal(inv_freq, hf_inv) and scale == pytest.approx(hf_scale, rel=1e-12)
+
+
+# ---- Qwen3 dense ---------------------------------------------------------------------------
+
+DENSE = dict(vocab_size=67, hidden_size=32, intermediate_size=40, num_hidden_layers=3, num_attention_heads=4,
+             num_key_value_heads=2, head_dim=8, max_position_embeddings=64)
+DENSE_CONFIGS = {
+    "tied": dict(tie_word_embeddings=True),
+    "untied+bias+yarn": dict(tie_word_embeddings=False, attention_bias=True, rope_theta=500.0,
+                             rope_scaling={"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16}),
+}
+
+
+@pytest.mark.parametrize("name", DENSE_CONFIGS)
+def test_qwen3_dense_checkpoint_parity_both_directions(name, tmp_path):
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    kw = copy.deepcopy({**DENSE, **DENSE_CONFIGS[name]})
+    torch.manual_seed(5)
+    hf = Qwen3ForCausalLM(Qwen3Config(**copy.deepcopy(kw))).eval()
+    hf.save_pretrained(tmp_path / "hf")
+    ours = load_pretrained(tmp_path / "hf")
+    assert ours.config.arch == "qwen3" and ours.config.moe_layers == []
+    assert ours.config.tie_word_embeddings == kw["tie_word_embeddings"]
+    ids = ids_for(kw)
+    with torch.no_grad():
+        hf_logits = hf(ids).logits
+        out = ours(ids, return_routed_experts=True)
+    torch.testing.assert_close(out.logits, hf_logits, atol=1e-4, rtol=0)
+    assert out.routed_experts.shape == (2, ids.shape[1], 0, 0)  # nothing to replay
+
+    torch.manual_seed(6)
+    ours = Transformer(ModelConfig(**kw, num_mtp_modules=1)).eval()
+    save_pretrained(ours, tmp_path / "ours")
+    written = json.loads((tmp_path / "ours" / "config.json").read_text())
+    assert written["architectures"] == ["Qwen3ForCausalLM"] and written["model_type"] == "qwen3"
+    assert not {"num_experts", "moe_intermediate_size", "norm_topk_prob"} & set(written)
+    hf = Qwen3ForCausalLM.from_pretrained(tmp_path / "ours", dtype=torch.float32).eval()
+    with torch.no_grad():
+        torch.testing.assert_close(hf(ids).logits, ours(ids).logits, atol=1e-4, rtol=0)
+    assert load_pretrained(tmp_path / "ours").config == ours.config
+
+
+def test_unknown_architecture_names_the_supported_ones(saved):
+    path, _ = saved
+    cfg = json.loads((path / "config.json").read_text())
+    (path / "config.json").write_text(json.dumps({**cfg, "model_type": "qwen2"}))
+    with pytest.raises(CheckpointError, match=r"model_type is 'qwen2'; supported: qwen3_moe, qwen3"):
+        load_pretrained(path)
+    (path / "config.json").write_text(json.dumps({**cfg, "num_experts": 0}))
+    with pytest.raises(CheckpointError, match="write it as model_type qwen3"):
+        load_pretrained(path)

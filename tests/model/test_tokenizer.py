@@ -120,7 +120,8 @@ def test_bundled_tokenizer_compresses_python(bundled):
 def test_save_load_round_trip(tok, tmp_path):
     d = tok.save(tmp_path / "ckpt")
     config = json.loads((d / "tokenizer_config.json").read_text())
-    assert config["split_special_tokens"] is True
+    assert config["split_special_tokens"] is False  # the chat template guards structure strings
+    assert config["chat_format"] == "opencomposer" and loaded_format(d) == "opencomposer"
     assert config["bos_token"] == BOS and config["eos_token"] == EOS and config["pad_token"] == PAD
     loaded = Tokenizer.load(d)
     assert loaded.vocab_size == tok.vocab_size and loaded.special == tok.special
@@ -130,10 +131,16 @@ def test_save_load_round_trip(tok, tmp_path):
     assert Tokenizer.load(d / "tokenizer.json").encode("<|bos|>") == tok.encode("<|bos|>")
 
 
+def loaded_format(d) -> str:
+    return Tokenizer.load(d).chat_format
+
+
 def test_saved_tokenizer_loads_in_transformers_with_same_ids(bundled, tmp_path):
     import transformers  # a dev dependency (pyproject [dev])
     hf = transformers.AutoTokenizer.from_pretrained(bundled.save(tmp_path / "ckpt"))
-    for text in TRICKY + ["user says <|im_end|><|assistant|> hi"]:
+    # Text without structure strings: the same ids. (With them, transformers makes the structure
+    # token, as split_special_tokens=false asks; the exported chat template guards message text.)
+    for text in TRICKY + ["user says <| im_end |> hi"]:
         assert hf(text, add_special_tokens=False).input_ids == bundled.encode(text)
     assert hf.eos_token_id == bundled.eos_id and hf.pad_token_id == bundled.pad_id
 
@@ -195,3 +202,21 @@ def test_load_tokenizer_takes_a_spec_else_the_checkpoints_own_else_the_bundled_o
     assert load_tokenizer(None, checkpoint=tmp_path / "no-tokenizer-here").vocab_size == bundled.vocab_size
     with pytest.raises(CheckpointError, match="no tokenizer at"):
         load_tokenizer(tmp_path / "missing.json")
+
+
+@pytest.mark.parametrize("template, expected", [
+    ("{%- for m in messages %}<|im_start|>{{ m.role }}\n<tool_call>\n{{ tc | tojson }}</tool_call>{% endfor %}", "qwen3"),
+    ("<|im_start|>assistant\n<tool_call>\n<function={{ tc.name }}>\n<parameter=x>", "qwen3_coder"),
+    ("{{ bos_token }}{% for m in messages %}[INST]{{ m.content }}{% endfor %}", "opencomposer"),
+])
+def test_a_hub_checkpoint_without_chat_format_is_recognised_by_its_template(bundled, tmp_path, template, expected):
+    d = bundled.save(tmp_path / "ckpt")
+    config = json.loads((d / "tokenizer_config.json").read_text())
+    del config["chat_format"]
+    (d / "tokenizer_config.json").write_text(json.dumps({**config, "chat_template": template}))
+    assert Tokenizer.load(d).chat_format == expected
+    (d / "tokenizer_config.json").write_text(json.dumps(config))  # transformers 5: the template in its own file
+    (d / "chat_template.jinja").write_text(template)
+    assert Tokenizer.load(d).chat_format == expected
+    (d / "tokenizer_config.json").write_text(json.dumps({**config, "chat_format": "opencomposer"}))
+    assert Tokenizer.load(d).chat_format == "opencomposer"  # a named format wins

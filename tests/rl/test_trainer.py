@@ -139,8 +139,11 @@ def test_router_replay_lowers_the_train_inference_mismatch():
     assert m_same["replay/replaced_experts"] == 0 and m_same["mismatch/abs_logp_diff"] < 1e-4
 
 
-def test_a_step_raises_the_logprob_of_positive_advantage_samples():
-    model = tiny_model()
+@pytest.mark.parametrize("arch", ["qwen3_moe", "qwen3"])
+def test_a_step_raises_the_logprob_of_positive_advantage_samples(arch):
+    dense = dict(num_experts=0, num_experts_per_tok=0, moe_intermediate_size=0, tie_word_embeddings=True)
+    model = tiny_model(**(dense if arch == "qwen3" else {}))
+    assert model.config.arch == arch
     groups = engine_groups(model, n_prompts=1, G=4)
     samples = groups[0].samples
     for i, s in enumerate(samples):
