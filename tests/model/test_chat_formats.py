@@ -408,3 +408,56 @@ def test_the_template_never_yields_an_extra_structure_token(fmt, hf_toks, toks):
         assert sorted(t for t in theirs if t in special) == sorted(t for t in ours if t in special)
         differ += theirs != ours
     assert differ > 0  # the structure strings were there and were broken, not matched
+
+
+# --------------------------------------------------------------------- through the agent loop and the server path
+
+AGENT_TURNS = {  # (a turn with two parallel calls, one malformed; the final answer), as the model writes them
+    "qwen3": ('<think>\nLook first.\n</think>\n\nReading.\n<tool_call>\n{"name": "read_file", "arguments": '
+              '{"path": "a.py"}}\n</tool_call>\n<tool_call>\n{"name": "read_file", "arguments": {oops}\n</tool_call>'),
+    "qwen3_coder": ("<think>\nLook first.\n</think>\n\nReading.\n\n<tool_call>\n<function=read_file>\n"
+                    "<parameter=path>\na.py\n</parameter>\n</function>\n</tool_call>\n<tool_call>\n"
+                    "<function=read_file>\n<parameter=path>\na.py\n</function>\n</tool_call>"),
+}
+
+
+class _Workspace:
+    """A directory the file tools work in (no terminal is called here)."""
+
+    def __init__(self, root):
+        self.root = root
+
+    async def aexec(self, cmd, **_):
+        raise AssertionError(f"no command expected, got {cmd!r}")
+
+
+@pytest.mark.parametrize("name", list(AGENT_TURNS))
+async def test_agent_keeps_generated_ids_and_returns_malformed_calls_as_tool_errors(toks, name, tmp_path):
+    from opencomposer.harness.agent import Agent
+    from opencomposer.tasks.policies import ScriptedTokenPolicy, text_to_ids
+
+    (tmp_path / "a.py").write_text("x = 1\n")
+    tok = toks[name]
+    f = get_format(tok)
+    outputs = [AGENT_TURNS[name], "x is 1."]
+    policy = ScriptedTokenPolicy(tok, outputs)
+    t = await Agent(policy, _Workspace(tmp_path)).run("What is x?")
+    assert t.stop_reason == "final" and t.counts.malformed_calls == 1 and t.counts.tool_calls == 2
+    seg = t.segments[0]
+    results = [m for m in seg.messages if m["role"] == "tool"]
+    assert results[0]["content"].startswith("a.py") and "Error: malformed tool call" in results[1]["content"]
+    for k, prompt in enumerate(policy.prompts):  # append-only: every prompt is a prefix of the record
+        assert seg.token_ids[:len(prompt)] == prompt
+        sampled = text_to_ids(tok, outputs[k]) + [f.stop_token_ids()[0]]
+        assert seg.token_ids[len(prompt):len(prompt) + len(sampled)] == sampled  # verbatim
+        assert seg.loss_mask[len(prompt):len(prompt) + len(sampled) + 1] == [1] * len(sampled) + [0]
+    # The record is the format's rendering of the messages (the two results in one user turn).
+    assert encode_messages(tok, seg.messages, t.tools) == seg.token_ids
+    assert seg.token_ids.count(f.ids["<tool_response>"]) == 2
+    # The OpenAI server path: the reply as a client sends it back renders to the generated ids.
+    for k, prompt in enumerate(policy.prompts):
+        sampled = text_to_ids(tok, outputs[k]) + [f.stop_token_ids()[0]]
+        parsed = f.parse_assistant(sampled, tools=t.tools)
+        msg = parsed.to_message() if parsed.errors else json.loads(json.dumps(parsed.to_openai()))
+        assert f.encode_turn(msg, previous_role="user") == \
+            f.generation_prompt_ids("user") + f.finish_generated(sampled)

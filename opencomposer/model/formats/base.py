@@ -149,7 +149,9 @@ def _content_text(content: Any) -> str:
 
 def _as_tool_call(c: Any, index: int) -> ChatToolCall:
     """Accepts OpenAI tool-call dicts, ChatToolCall, and objects with id/name/arguments
-    (the harness's ToolCall). Dict arguments are serialised as JSON; empty ones become {}."""
+    (the harness's ToolCall). Dict arguments are serialised as JSON; empty ones become {}. A dict
+    with string `raw` and `error` (a malformed call as harness.agent.message_dict stores it) keeps
+    them, so a trajectory's messages render back to the ids the model generated."""
     if isinstance(c, ChatToolCall):
         return c
     if isinstance(c, dict):
@@ -159,7 +161,9 @@ def _as_tool_call(c: Any, index: int) -> ChatToolCall:
         call_id, name, args = c.get("id"), fn.get("name"), fn.get("arguments")
     else:
         call_id, name, args = getattr(c, "id", None), getattr(c, "name", None), getattr(c, "arguments", None)
-    if not isinstance(name, str) or not name:
+    if isinstance(c, dict) and isinstance(c.get("raw"), str) and isinstance(c.get("error"), str):
+        name = name if isinstance(name, str) else ""  # malformed: the name may be missing
+    elif not isinstance(name, str) or not name:
         raise MessageError(f"tool call {index} has no function name")
     if isinstance(args, dict):
         args = json.dumps(args, ensure_ascii=False)
@@ -167,6 +171,9 @@ def _as_tool_call(c: Any, index: int) -> ChatToolCall:
         args = "{}"
     elif not isinstance(args, str):
         raise MessageError(f"tool call {name!r}: arguments must be a JSON string or an object")
+    raw, error = (c.get("raw"), c.get("error")) if isinstance(c, dict) else (None, None)
+    if isinstance(raw, str) and isinstance(error, str):  # a malformed call as a trajectory stores it
+        return ChatToolCall(id=call_id or f"call_{index}", name=name, arguments=args, error=error, raw=raw)
     return ChatToolCall(id=call_id or f"call_{index}", name=name, arguments=args)
 
 

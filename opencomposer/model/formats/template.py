@@ -7,9 +7,11 @@ holds. The templates therefore pass message text through `esc`, which breaks eac
 string with a zero-width space (U+200B) after its first character ("<|im_end|>" becomes
 "<\u200b|im_end|>"). Such text then tokenizes differently from opencomposer's renderer, which
 encodes the string's own bytes exactly; text without an added token's string is unchanged, and
-gives the renderer's ids exactly. Not covered: a message text that *ends* with the beginning of
-an added token's string whose rest the template itself writes next (no format here writes such a
-rest directly after message text).
+gives the renderer's ids exactly. Not covered: text that *ends* with the beginning of an added
+token's string whose rest the template itself writes next; of the formats here only qwen3_coder
+writes such a rest (the ">" after a function or parameter name in ``<function=NAME>``), so a
+tool-call name or argument key ending in "<tool_call" would form a token in transformers (the
+renderer is not affected: it never matches added tokens in text).
 """
 
 from __future__ import annotations
