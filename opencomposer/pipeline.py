@@ -164,6 +164,10 @@ class RLStage(Section):
     answering at once without tools, a collapse (docs/demo-design.md)."""
     tool_error_coef: float = Field(0.0, ge=0)
     """Penalty per failed or malformed tool call (0 for the same reason: correctness is the signal)."""
+    zero_failed_groups: bool = False
+    """rl.advantage.zero_failed_groups: groups with no success get advantage 0, so the length and
+    tool-error penalties cannot rank failures (the quitting collapse, issue 21). No effect while
+    the penalties are 0 (such groups then tie already)."""
     warmup_steps: int = Field(4, ge=0)
     """Linear learning-rate warm-up (RL's first Adam steps are otherwise sign-like)."""
     min_lr_ratio: float | None = Field(0.1, gt=0, le=1)
@@ -445,6 +449,7 @@ class Pipeline:
                       "optim": {"lr": r.lr, "warmup_steps": r.warmup_steps, "min_lr_ratio": r.min_lr_ratio}},
             "reward": {"kl_coef": r.kl_coef, "length_coef": r.length_coef, "failed_tool_call_coef": r.tool_error_coef,
                        "malformed_tool_call_coef": r.tool_error_coef},
+            **({"advantage": {"zero_failed_groups": True}} if r.zero_failed_groups else {}),
             "checkpoint": {"every_steps": max(1, r.steps // 4), "keep_last": 2},
             "log": {"tensorboard": False},
             "agentic": {"suite": str(self.paths["rl_suite"]), "runner": r.runner,

@@ -41,6 +41,12 @@ class AdvantageConfig(Section):
     """"dr_grpo": r − group mean (Composer 2); "grpo": (r − mean)/(sample std + eps)."""
     std_eps: float = Field(1e-4, gt=0)
     """eps added to the group std for "grpo" (TRL's value)."""
+    zero_failed_groups: bool = False
+    """True: a group in which no rollout earned any correctness gets advantage 0 for all its
+    rollouts (rl.trainer.trajectory_advantages). In such a group the length and tool-error
+    penalties are the only differences, and they rank the cheapest failure (answering without
+    a tool call) best: the quitting collapse of issue 21 (benchmarks/reward21_collapse.py).
+    The reward itself is unchanged; only where the penalty may move the policy. OURS."""
 
 
 def _group_index(rewards: torch.Tensor, group_ids: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:

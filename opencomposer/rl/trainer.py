@@ -150,6 +150,9 @@ def trajectory_advantages(samples: Sequence[Sample], rewards_B: torch.Tensor, gi
     its segments' shared reward plus the sum of their per-segment terms beyond it (the KL-in-reward
     term sums over the whole episode): r_j = mean_s(base) + Σ_s (r_s − base). Samples without a
     trajectory id are trajectories of their own.
+
+    With cfg.zero_failed_groups, groups whose trajectories all have `info["reward/correctness"]`
+    0 get advantage 0 (a sample without that key counts as a success, so it never zeroes a group).
     """
     keys = [s.info.get("trajectory_id", ("sample", i)) for i, s in enumerate(samples)]
     index = {k: j for j, k in enumerate(dict.fromkeys(keys))}
@@ -160,7 +163,14 @@ def trajectory_advantages(samples: Sequence[Sample], rewards_B: torch.Tensor, gi
     count_J = zeros_J.index_add(0, tid_B, torch.ones_like(base_B))
     r_J = zeros_J.index_add(0, tid_B, base_B) / count_J + zeros_J.index_add(0, tid_B, rewards_B - base_B)
     gid_J = torch.zeros(J, dtype=torch.long).index_copy(0, tid_B, gid_B.long())
-    return compute_advantages(r_J, cfg, group_ids=gid_J)[tid_B]
+    adv_J = compute_advantages(r_J, cfg, group_ids=gid_J)
+    if cfg.zero_failed_groups:
+        correct_B = torch.tensor([float(s.info.get("reward/correctness", 1.0)) for s in samples], dtype=adv_J.dtype)
+        correct_J = torch.zeros(J, dtype=adv_J.dtype).scatter_reduce(0, tid_B, correct_B, "amax", include_self=False)
+        n = int(gid_J.max()) + 1 if J else 0
+        best_n = torch.zeros(n, dtype=adv_J.dtype).scatter_reduce(0, gid_J, correct_J, "amax", include_self=False)
+        adv_J = adv_J.masked_fill(best_n[gid_J] <= 0, 0.0)
+    return adv_J[tid_B]
 
 
 @dataclass
