@@ -24,7 +24,7 @@ The chat template (`chat_template`) renders the same ids in transformers, except
 holding an added token's string, which the template breaks with a zero-width space (U+200B) after
 its first character so that transformers, which matches added tokens in the rendered string,
 cannot turn it into structure (docs/chat-formats.md). vLLM has no parser for these tool calls:
-`tool_parser` names a plugin, "opencomposer", which this module does not provide.
+`tool_parser` names the plugin in opencomposer/engine/vllm_tool_parser.py (`--tool-parser-plugin`).
 """
 
 from __future__ import annotations
