@@ -1,9 +1,13 @@
 # The two commands a new user runs: `make demo` and `make test`. Each does its own setup.
 PY := .venv/bin/python
-.PHONY: setup demo demo-harness test test-fast bench clean
+.PHONY: setup setup-vllm demo demo-harness test test-fast bench clean
 
 setup:
 	@bash scripts/setup.sh
+
+# vLLM's CPU build in .venv-vllm (its own versions); the live vLLM tests need it.
+setup-vllm:
+	@bash scripts/setup_vllm.sh
 
 demo: setup
 	@$(PY) -m opencomposer.cli demo
@@ -11,7 +15,7 @@ demo: setup
 demo-harness: setup
 	@$(PY) -m opencomposer.cli demo --harness
 
-test: setup
+test: setup setup-vllm
 	@$(PY) -m pytest -q -x --durations=15 tests
 
 test-fast: setup
@@ -21,4 +25,4 @@ bench: setup
 	@for b in benchmarks/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
 
 clean:
-	rm -rf .venv build *.egg-info .pytest_cache
+	rm -rf .venv .venv-vllm build *.egg-info .pytest_cache

