@@ -39,11 +39,14 @@ Needs vLLM installed where `python` points; nothing here imports vLLM.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
+import threading
 import time
 from pathlib import Path
 from typing import Literal, Sequence
@@ -127,18 +130,34 @@ def _tool_parser(model_dir: Path) -> str:
     return "opencomposer" if fmt == "opencomposer" else f"opencomposer_{fmt}"
 
 
-def _log_cause(log: Path, lines: int = 400) -> str:
-    """The most telling line of a failed start: the last exception line, else the last line."""
+_WRAPPERS = ("EngineDeadError", "EngineCore encountered", "See stack trace", "Engine Exception caught",
+             "Worker failed with error", "EngineCore failed to start", "Engine core initialization failed")
+_LOG_PREFIX = re.compile(r"^\((?:APIServer|EngineCore|Worker)[^)]*\)\s+(?P<level>[A-Z]+)\s+\S+ \S+ \[[^]]*\]\s*")
+
+
+def _log_cause(log: Path, lines: int = 600) -> str:
+    """The most telling line of a failed start: the first error of the log's tail that is not one of
+    vLLM's wrappers around it (EngineDeadError...), else the last error, else the last line."""
     try:
         tail = log.read_text(errors="replace").splitlines()[-lines:]
     except OSError:
         return "(no log)"
-    tail = [t for t in tail if t.strip() and not t.startswith("vllm_launch:")]
-    for line in reversed(tail):
-        s = line.strip()
-        if ("Error" in s or "Exception" in s) and not s.startswith(("File ", "Traceback")):
-            return s[-600:]
-    return tail[-1].strip()[-600:] if tail else "(empty log)"
+    plain, errors = [], []
+    for raw in tail:
+        if not raw.strip() or raw.startswith(("vllm_launch:", "==")):
+            continue
+        m = _LOG_PREFIX.match(raw)
+        line = raw[m.end():].strip() if m else raw.strip()
+        plain.append(line)
+        if (m is None or m["level"] == "ERROR") and re.search(r"\b\w*(Error|Exception)\b:", line) \
+                and not line.startswith(("File ", "Traceback")):
+            errors.append(line)
+    for line in errors:
+        if not any(w in line for w in _WRAPPERS):
+            return line[-600:]
+    if errors:
+        return errors[-1][-600:]
+    return plain[-1][-600:] if plain else "(empty log)"
 
 
 class VLLMServer:
@@ -157,6 +176,10 @@ class VLLMServer:
         self.port = cfg.port
         self.url = cfg.url.rstrip("/") if cfg.url else None
         self.started_s: float | None = None  # seconds the last start took
+        self.version = 0                     # the policy version it serves (set by whoever updates it)
+        self.crash_restarts = 0              # restarts after the server died on its own (recover())
+        self.ready = threading.Event()       # set while healthy; cleared during stops and restarts
+        self._lock = threading.Lock()        # one start/stop/restart at a time
 
     @property
     def managed(self) -> bool:
@@ -200,9 +223,15 @@ class VLLMServer:
 
     def start(self) -> "VLLMServer":
         """Start (or attach to) the server and wait until it is healthy; VLLMError otherwise."""
+        with self._lock:
+            self._start()
+        return self
+
+    def _start(self) -> None:
         if not self.managed:
             self._wait_healthy(time.monotonic() + self.cfg.start_timeout_s, attach=True)
-            return self
+            self.ready.set()
+            return
         if self.model_dir is None or not (self.model_dir / "config.json").is_file():
             raise VLLMError(f"{self.model_dir} is not a checkpoint directory (no config.json)")
         if self.proc is not None and self.proc.poll() is None:
@@ -224,10 +253,10 @@ class VLLMServer:
         try:
             self._wait_healthy(t0 + self.cfg.start_timeout_s)
         except BaseException:
-            self.stop()
+            self._stop()
             raise
         self.started_s = time.monotonic() - t0
-        return self
+        self.ready.set()
 
     def _write_state(self) -> None:
         state = {"pid": self.proc.pid if self.proc else None, "pgid": self.proc.pid if self.proc else None,
@@ -292,6 +321,11 @@ class VLLMServer:
 
     def stop(self) -> None:
         """End vLLM's process group (SIGTERM, then SIGKILL after stop_grace_s). Idempotent."""
+        with self._lock:
+            self._stop()
+
+    def _stop(self) -> None:
+        self.ready.clear()
         if self.proc is None:
             return
         pgid = self.proc.pid
@@ -316,11 +350,24 @@ class VLLMServer:
             raise VLLMError(f"cannot restart the attached server at {self.url}: start it from opencomposer "
                             f"(leave vllm.url unset) to allow restarts")
         t0 = time.monotonic()
-        self.stop()
-        if model_dir is not None:
-            self.model_dir = Path(model_dir).resolve()
-        self.start()
+        with self._lock:
+            self._stop()
+            if model_dir is not None:
+                self.model_dir = Path(model_dir).resolve()
+            self._start()
         return time.monotonic() - t0
+
+    def recover(self) -> bool:
+        """Restart a started server that died on its own (same checkpoint, same version); True if it
+        restarted. Safe to call from many failing requests at once: one restart happens."""
+        with self._lock:
+            if not self.managed or (self.proc is not None and self.proc.poll() is None) or not self.ready.is_set():
+                return False  # attached, alive, or stopped/restarting on purpose
+            self.ready.clear()
+            self.crash_restarts += 1
+            self._stop()
+            self._start()
+            return True
 
     def __enter__(self) -> "VLLMServer":
         return self.start()
@@ -336,6 +383,10 @@ class VLLMServer:
 
         return VLLMClient(self.url, self.cfg.served_model_name, tokenizer=tokenizer,
                           logprobs_mode=self.cfg.logprobs_mode, timeout_s=self.cfg.request_timeout_s, **http)
+
+    def resilient_client(self, tokenizer=None, max_recoveries: int = 3) -> "ResilientVLLMClient":
+        """A client that survives restarts and crashes of this server (ResilientVLLMClient)."""
+        return ResilientVLLMClient(self, tokenizer, max_recoveries)
 
     def update_weights_api(self, model_dir: str | Path, timeout_s: float = 300.0) -> None:
         """vLLM's own reload from `model_dir` (dev-mode /collective_rpc reload_weights); VLLMError on refusal.
@@ -361,3 +412,74 @@ class VLLMServer:
             raise VLLMError(f"{self.url}/v1/completions answered {r.status_code}: {r.text[:500]}", r.status_code)
         rows = r.json()["choices"][0]["prompt_logprobs"]
         return [float(row[str(tok)]["logprob"]) for tok, row in zip(ids[1:], rows[1:])]
+
+
+class ResilientVLLMClient:
+    """Token-level generation on a `VLLMServer` that may restart under it (RL rollouts).
+
+    - During a planned restart (a weight update), requests wait for the server to be healthy
+      again and are sent again: the failed attempt produced nothing the caller saw.
+    - When the server died on its own, the first failing request restarts it (`recover`, on the
+      same checkpoint and version) and every request is sent again; more than `max_recoveries`
+      restarts in a row for one request raise VLLMError (a server that keeps dying).
+    - Every token is stamped with the policy version the server served when the request was sent
+      (`VLLMServer.version`); a restart in between fails the request, so the stamp is exact for
+      restart updates.
+    The client is rebuilt on each restart (the port may change)."""
+
+    def __init__(self, server: VLLMServer, tokenizer=None, max_recoveries: int = 3):
+        self.server, self.tokenizer, self.max_recoveries = server, tokenizer, max_recoveries
+        self._client, self._url = None, None
+        self.retried = 0  # requests sent again after a restart or crash
+
+    def _current(self):
+        if self._url != self.server.url:
+            self._client, self._url = self.server.client(self.tokenizer, max_retries=0), self.server.url
+        return self._client
+
+    async def _wait_ready(self) -> None:
+        deadline = time.monotonic() + self.server.cfg.start_timeout_s + 60
+        while not self.server.ready.is_set():
+            if time.monotonic() > deadline:
+                raise VLLMError(f"vLLM at {self.server.url} has not come back within "
+                                f"{self.server.cfg.start_timeout_s:g} s (log: {self.server.log_path})")
+            await asyncio.sleep(0.2)
+
+    async def generate(self, input_ids, sampling, **kw):
+        recoveries = 0
+        while True:
+            await self._wait_ready()
+            client, version = self._current(), self.server.version
+            try:
+                result = await client.generate(input_ids, sampling, **kw)
+            except InferenceError as exc:
+                if exc.status is not None and exc.status < 500:
+                    raise  # the request itself is bad: sending it again will not help
+                if not self.server.ready.is_set():
+                    self.retried += 1
+                    continue  # a planned restart: wait for it
+                if not self.server.alive():
+                    recoveries += 1
+                    if recoveries > self.max_recoveries:
+                        raise VLLMError(f"vLLM died {recoveries} times serving one request (log: "
+                                        f"{self.server.log_path})") from exc
+                    await asyncio.to_thread(self.server.recover)
+                    self.retried += 1
+                    continue
+                raise
+            if result.policy_versions is None:
+                result.policy_versions = [version] * len(result.output_ids)
+            return result
+
+    async def chat(self, messages, tools=None, sampling=None):
+        from opencomposer.engine.client import chat_turn
+        from opencomposer.model.chat import encode_messages
+
+        from opencomposer.engine.types import SamplingParams
+
+        prompt = encode_messages(self.tokenizer, messages, tools, add_generation_prompt=True)
+        return await chat_turn(self.generate, self.tokenizer, prompt, sampling or SamplingParams(), tools=tools)
+
+    async def aclose(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()

@@ -34,6 +34,7 @@ from pydantic import BaseModel, Field, model_serializer, model_validator
 from opencomposer.config import LogConfig as SharedLogConfig
 from opencomposer.config import (CheckpointConfig, OptimConfig, RunConfig, Section, load_config,
                                  require_tensorboard, resolve_relative, variant)
+from opencomposer.engine.vllm_server import VLLMConfig
 from opencomposer.rl.advantages import AdvantageConfig
 from opencomposer.rl.losses import PolicyLossConfig
 from opencomposer.rl.rewards import RewardConfig
@@ -65,8 +66,13 @@ class ModelSourceConfig(Section):
 
 
 class EngineConfig(Section):
-    """The embedded inference engine (opencomposer.engine.Engine)."""
+    """The inference engine that samples rollouts: the embedded one (opencomposer.engine.Engine) or vLLM."""
 
+    backend: Literal["embedded", "vllm"] = "embedded"
+    """embedded: opencomposer's engine in this process; vllm: a vLLM server the run starts (or attaches to:
+    engine.vllm.url), agentic mode with the local runner (rl/vllm_sync.py, docs/vllm.md)."""
+    vllm: VLLMConfig = VLLMConfig()
+    """The vLLM server (backend vllm); its dtype, batch and context come from engine.dtype, max_slots, max_len."""
     max_slots: int = Field(64, ge=1)
     """Sequences decoded together; G × groups_per_step fit in one batch when this is at least that."""
     max_len: int = Field(1024, ge=2)
@@ -165,7 +171,14 @@ class WeightSyncConfig(Section):
     server_url: str | None = None
     """Inference server for mode "disk" (e.g. http://127.0.0.1:30000)."""
     sync_dir: str | None = None
-    """Directory for mode "disk" checkpoints (default: <out_dir>/weight_sync); must be visible to the server."""
+    """Directory for mode "disk" and vLLM checkpoints (default: <out_dir>/weight_sync); must be visible to the server."""
+    vllm_update: Literal["auto", "api", "restart"] = "auto"
+    """engine.backend vllm: api (vLLM's reload_weights), restart (a restart on the new checkpoint), or auto:
+    the API until a probe shows it serving other weights, then restarts (rl/vllm_sync.py)."""
+    probe_tokens: int = Field(64, ge=2)
+    """engine.backend vllm: length of the fixed token sequence whose logprobs verify each weight update."""
+    probe_tolerance: float | None = Field(None, gt=0)
+    """engine.backend vllm: mean |logp_vllm - logp_trainer| allowed on the probe (None: 1e-3 for float32, 0.1 for bfloat16)."""
 
     @model_validator(mode="after")
     def _disk_needs_url(self) -> "WeightSyncConfig":
@@ -276,6 +289,13 @@ class RLConfig(Section):
         if self.weight_sync.mode == "disk" and not (self.mode == "agentic" and self.agentic.runner == "local"):
             raise ValueError("weight_sync.mode 'disk' (a remote inference server) works with mode 'agentic' and "
                              "agentic.runner 'local' only; single-turn mode and the Ray runner sync in place")
+        if self.engine.backend == "vllm":
+            if not (self.mode == "agentic" and self.agentic.runner == "local"):
+                raise ValueError("engine.backend 'vllm' works with mode 'agentic' and agentic.runner 'local' "
+                                 "(docs/vllm.md: a Ray cluster runs one vLLM server per inference actor)")
+            if self.weight_sync.mode != "in_place":
+                raise ValueError("weight_sync.mode: leave it out with engine.backend 'vllm' (the vLLM backend "
+                                 "updates its server itself; weight_sync.vllm_update chooses how)")
         return self
 
     @model_validator(mode="after")
@@ -322,9 +342,21 @@ def unused_fields(cfg: RLConfig) -> dict[str, str]:
                 out[f"train.{f}"] = "the Ray trainer's FSDP ranks turn it off (every rank runs the same model calls)"
         else:
             out["agentic.ray"] = "agentic.runner 'ray' only"
+    vllm = cfg.engine.backend == "vllm"
+    if vllm:
+        out["engine.speculative_depth"] = "the embedded engine's MTP drafts; vLLM decodes without them here"
+        out["weight_sync.server_url"] = "weight_sync.mode 'disk' only; to attach to a running vLLM set engine.vllm.url"
+        for f, instead in (("dtype", "engine.dtype"), ("max_num_seqs", "engine.max_slots"),
+                           ("max_model_len", "engine.max_len")):
+            out[f"engine.vllm.{f}"] = f"an RL run sets it from {instead}: set that instead"
+    else:
+        out["engine.vllm"] = "engine.backend 'vllm' only"
+        for f in ("vllm_update", "probe_tokens", "probe_tolerance"):
+            out[f"weight_sync.{f}"] = "engine.backend 'vllm' only"
     if cfg.weight_sync.mode == "in_place":
-        for f in ("server_url", "sync_dir"):
-            out[f"weight_sync.{f}"] = "weight_sync.mode 'disk' only"
+        if not vllm:
+            for f in ("server_url", "sync_dir"):
+                out[f"weight_sync.{f}"] = "weight_sync.mode 'disk' only"
     else:
         for f in ("max_slots", "speculative_depth", "dtype"):
             out[f"engine.{f}"] = "the embedded engine's; with weight_sync.mode 'disk' the server at server_url decodes"

@@ -65,7 +65,7 @@ from opencomposer.rl.buffer import DataCursor, Group
 from opencomposer.rl.config import AgenticConfig
 from opencomposer.rl.rewards import RewardConfig
 from opencomposer.rl.rollout import PolicyFactory, RolloutGroup, run_group, to_group
-from opencomposer.rl.run import INFERENCE, Run, build_trainer
+from opencomposer.rl.run import INFERENCE, Run, build_trainer, inference_kind
 from opencomposer.tasks.task import Task
 
 
@@ -390,8 +390,8 @@ def run_agentic(cfg, *, resume: bool = False, make_policy: PolicyFactory | None 
     tokenizer = run.tokenizer
     trainer = build_trainer(cfg, run.state, tokenizer)
     model = trainer.model
-    replay = cfg.train.router_replay and bool(model.config.moe_layers)
-    inference = INFERENCE[cfg.weight_sync.mode](cfg, trainer, tokenizer, run.dir)
+    inference = INFERENCE[inference_kind(cfg)](cfg, trainer, tokenizer, run.dir)
+    replay = cfg.train.router_replay and bool(model.config.moe_layers) and inference.routed_experts
     if make_policy is None:
         policy = TokenClientPolicy(inference.client, tokenizer, name=f"rl:{run.dir.name}", routed_experts=replay)
         make_policy = lambda task: policy  # noqa: E731 (one shared client; the engine batches)
@@ -410,8 +410,7 @@ def run_agentic(cfg, *, resume: bool = False, make_policy: PolicyFactory | None 
         run.finish(orch.step)
     finally:
         run.close()
-        if inference.engine is not None:
-            inference.engine.stop()
+        inference.close()
     return {"run_dir": str(run.dir), "steps": orch.step, "policy_version": trainer.version,
             "trained": list(orch.cursor.trained), "given_up": list(orch.given_up),
             "engine_version": inference.engine.policy_version if inference.engine is not None else None,

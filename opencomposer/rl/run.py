@@ -6,8 +6,9 @@
                               resume), the Trainer; on resume the checkpoint's weights,
                               optimizer, version and RNG states
     build_engine(cfg, model)  the embedded engine serving `model` in engine.dtype
-    INFERENCE[mode]           weight_sync.mode -> where the policy generates and how new weights
-                              reach it (the embedded engine, in place; a server, over disk)
+    INFERENCE[kind]           inference_kind(cfg) -> where the policy generates and how new weights
+                              reach it (the embedded engine, in place; a server, over disk; a
+                              vLLM server the run starts, verified by a probe: rl/vllm_sync.py)
     Run.end_step / finish     after each step: the metrics row, the caller's on_step, a
                               checkpoint every checkpoint.every_steps; at the end, the last one
 
@@ -15,8 +16,8 @@ What a mode keeps is its own: its data (prompts and reward functions in single_t
 and the Orchestrator in orchestrator.py), its loop, what its checkpoints hold beside the model
 (`Run.snapshot`) and its summary. The Ray runner builds the trainer and the engine inside its
 actors (load_models, build_engine) and uses Run for the directory, metrics and checkpoints.
-Left out: choosing the runner (rl/cli.py's table), serving a model on a server (start it
-yourself: weight_sync.mode "disk").
+Left out: choosing the runner (rl/cli.py's table), serving a model on opencomposer's own server
+(start it yourself: weight_sync.mode "disk").
 """
 
 from __future__ import annotations
@@ -156,6 +157,15 @@ class Inference:
     sync: WeightSync
     client: Any                # an engine client (engine/client.py): InProcessClient or SGLangClient
     engine: Any | None = None  # the embedded engine, stopped by the run; None for a server
+    server: Any | None = None  # a vLLM server the run started (engine/vllm_server.py), stopped by the run
+    routed_experts: bool = True  # the client can return routed experts (router replay is possible)
+
+    def close(self) -> None:
+        """Stop what the run started (the embedded engine, a vLLM server's processes)."""
+        if self.engine is not None:
+            self.engine.stop()
+        if self.server is not None:
+            self.server.stop()
 
 
 def embedded_inference(cfg: RLConfig, trainer: Trainer, tokenizer: Tokenizer, run_dir: Path) -> Inference:
@@ -178,7 +188,43 @@ def server_inference(cfg: RLConfig, trainer: Trainer, tokenizer: Tokenizer, run_
     return inference
 
 
+def vllm_inference(cfg: RLConfig, trainer: Trainer, tokenizer: Tokenizer, run_dir: Path) -> Inference:
+    """engine.backend "vllm": a vLLM server the run starts on the trainer's weights, updated and
+    verified after each step (rl/vllm_sync.py). Routed experts come back only from vLLM's GPU
+    runner: elsewhere the run says so and the trainer routes itself."""
+    import logging
+
+    from opencomposer.rl.vllm_sync import build_vllm
+
+    model = trainer.model
+    moe = bool(model.config.moe_layers)
+    routed = cfg.train.router_replay and moe and torch.cuda.is_available()
+    if cfg.train.router_replay and moe and not routed:
+        logging.getLogger("opencomposer.rl").warning(
+            "router replay: vLLM returns routed experts only on GPUs (Model Runner V2 needs Triton); on this "
+            "machine the trainer routes itself (train.router_replay has no rollout experts to replay)")
+    if routed:
+        cfg = cfg.model_copy(deep=True)
+        cfg.engine.vllm.extra_args = [*cfg.engine.vllm.extra_args, "--enable-return-routed-experts"]
+    server, sync = build_vllm(cfg, model, tokenizer, run_dir)
+    client = server.resilient_client(tokenizer)
+    sync.client = client
+    inference = Inference(sync, client, server=server, routed_experts=routed)
+    try:
+        sync.start(model, trainer.version)  # the server serves exactly the trainer's weights and version
+    except BaseException:
+        server.stop()
+        raise
+    return inference
+
+
 INFERENCE: dict[str, Callable[[RLConfig, Trainer, Tokenizer, Path], Inference]] = {
     "in_place": embedded_inference,
     "disk": server_inference,
+    "vllm": vllm_inference,
 }
+
+
+def inference_kind(cfg: RLConfig) -> str:
+    """The INFERENCE entry of a run: "vllm" for engine.backend vllm, else weight_sync.mode."""
+    return "vllm" if cfg.engine.backend == "vllm" else cfg.weight_sync.mode

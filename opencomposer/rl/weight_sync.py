@@ -121,33 +121,17 @@ def _shard_name(param: str) -> str:
     return f"{param}.safetensors"
 
 
-class DiskSync:
-    """Write `<sync_dir>/v<version>` and POST /update_weights_from_disk (module docstring).
+class VersionWriter:
+    """`<sync_dir>/v<version>` checkpoint directories, delta-written (module docstring): used by
+    DiskSync and by rl/vllm_sync.py. `write` makes the directory; `commit` records it as the one
+    the server now has (later writes hard-link its unchanged shards) and removes old ones."""
 
-    client: anything with httpx.Client's `post(url, json=..., timeout=...)` (a starlette
-    TestClient in tests); default an httpx.Client. keep: sync directories kept on disk (the
-    newest one the server loaded, plus one in case it is still reading).
-    """
-
-    def __init__(self, server_url: str, sync_dir: str | Path, delta: bool = True, *, client: Any = None,
-                 timeout_s: float = 600.0, keep: int = 2):
-        self.url = server_url.rstrip("/")
+    def __init__(self, sync_dir: str | Path, delta: bool = True, keep: int = 2):
         self.dir = Path(sync_dir)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.tracker = DeltaTracker() if delta else None
-        self.timeout_s, self.keep = timeout_s, keep
-        if client is None:
-            import httpx
-
-            client = httpx.Client()
-        self.client = client
+        self.keep = keep
         self._prev: Path | None = None
-
-    @classmethod
-    def from_config(cls, cfg, run_dir: str | Path) -> "DiskSync":
-        """From the `weight_sync` section: the server at server_url, versions under sync_dir
-        (default <run_dir>/weight_sync)."""
-        return cls(cfg.server_url, cfg.sync_dir or Path(run_dir) / "weight_sync", delta=cfg.delta)
 
     def write(self, model: Transformer, version: int) -> tuple[Path, list[str], dict[str, torch.Tensor]]:
         """Write the version directory; returns it, the parameters written, and the state."""
@@ -180,6 +164,50 @@ class DiskSync:
         tmp.rename(out)
         return out, written, state
 
+    def commit(self, path: Path, written: list[str], state: dict[str, torch.Tensor]) -> None:
+        if self.tracker is not None:
+            self.tracker.commit(state, written)
+        self._prev = path
+        dirs = sorted((p for p in self.dir.glob("v*") if p.is_dir() and p.name[1:].isdigit()),
+                      key=lambda p: int(p.name[1:]))
+        for old in dirs[:-self.keep]:
+            shutil.rmtree(old, ignore_errors=True)
+
+    @staticmethod
+    def sizes(path: Path, written: list[str]) -> tuple[int, int]:
+        """(bytes written for this version, bytes of the whole directory's shards)."""
+        sent = sum((path / _shard_name(p)).stat().st_size for p in written)
+        return sent, sum(f.stat().st_size for f in path.glob("*.safetensors"))
+
+
+class DiskSync:
+    """Write `<sync_dir>/v<version>` and POST /update_weights_from_disk (module docstring).
+
+    client: anything with httpx.Client's `post(url, json=..., timeout=...)` (a starlette
+    TestClient in tests); default an httpx.Client. keep: sync directories kept on disk (the
+    newest one the server loaded, plus one in case it is still reading).
+    """
+
+    def __init__(self, server_url: str, sync_dir: str | Path, delta: bool = True, *, client: Any = None,
+                 timeout_s: float = 600.0, keep: int = 2):
+        self.url = server_url.rstrip("/")
+        self.writer = VersionWriter(sync_dir, delta, keep)
+        self.timeout_s = timeout_s
+        if client is None:
+            import httpx
+
+            client = httpx.Client()
+        self.client = client
+
+    @classmethod
+    def from_config(cls, cfg, run_dir: str | Path) -> "DiskSync":
+        """From the `weight_sync` section: the server at server_url, versions under sync_dir
+        (default <run_dir>/weight_sync)."""
+        return cls(cfg.server_url, cfg.sync_dir or Path(run_dir) / "weight_sync", delta=cfg.delta)
+
+    def write(self, model: Transformer, version: int) -> tuple[Path, list[str], dict[str, torch.Tensor]]:
+        return self.writer.write(model, version)
+
     def sync(self, model: Transformer, version: int) -> SyncStats:
         t0 = time.perf_counter()
         path, written, state = self.write(model, version)
@@ -197,16 +225,6 @@ class DiskSync:
         if int(body.get("version", -1)) != version:
             raise InferenceError(f"{self.url} reports policy version {body.get('version')} after loading "
                                  f"{path}, expected {version}")
-        if self.tracker is not None:
-            self.tracker.commit(state, written)
-        self._prev = path
-        self._cleanup()
-        sent = sum((path / _shard_name(p)).stat().st_size for p in written)
-        full = sum(f.stat().st_size for f in path.glob("*.safetensors"))
+        self.writer.commit(path, written, state)
+        sent, full = self.writer.sizes(path, written)
         return SyncStats(version, sent, full, len(written), len(state), time.perf_counter() - t0)
-
-    def _cleanup(self) -> None:
-        dirs = sorted((p for p in self.dir.glob("v*") if p.is_dir() and p.name[1:].isdigit()),
-                      key=lambda p: int(p.name[1:]))
-        for old in dirs[:-self.keep]:
-            shutil.rmtree(old, ignore_errors=True)
