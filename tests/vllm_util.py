@@ -71,3 +71,49 @@ def stopping_checkpoint(out: Path, p_stop: float = 0.5, seed: int = 0) -> Path:
             model.lm_head.weight[s] = w.to(model.lm_head.weight.dtype)
     save_pretrained(model, out, tokenizer=tok)
     return out
+
+
+TOOL_CALLER = {"arch": "qwen3", "vocab": "bundled", "format": "qwen3", "seed": 0,
+               "set": ["head_dim=32", "hidden_size=128", "intermediate_size=256"],
+               "sft": {"steps": 300, "batch_size": 4, "lr": 3e-3, "warmup_steps": 5, "max_len": 4096}}
+"""The recipe of `tool_calling_checkpoint` (its cache key)."""
+DEMO_AGENT = ROOT / "configs" / "demo" / "agent.yaml"
+
+
+def tool_calling_checkpoint() -> Path:
+    """A tiny dense Qwen3 (qwen3 chat format, bundled vocabulary, head_dim 32) SFT'd on the oracle's
+    trajectories of the smoke suite with the demo's agent config (configs/demo/agent.yaml): 300
+    steps, ~70 s on 2 cores, so that it writes real tool calls in its format (it has learnt the
+    smoke suite's 16 fixes by heart: greedy, the embedded engine resolves all 16). Built once into
+    $OPENCOMPOSER_CACHE/test-models/<hash of TOOL_CALLER> (default ~/.cache/opencomposer) and reused."""
+    import hashlib
+    import json
+    import os
+    import shutil
+    import tempfile
+
+    from opencomposer.pretrain.sft import SFTConfig, train_sft
+
+    key = hashlib.sha256(json.dumps(TOOL_CALLER, sort_keys=True).encode()).hexdigest()[:16]
+    home = Path(os.environ.get("OPENCOMPOSER_CACHE") or "~/.cache/opencomposer").expanduser() / "test-models"
+    done = home / f"tool-caller-{key}"
+    if (done / "config.json").is_file():
+        return done
+    home.mkdir(parents=True, exist_ok=True)
+    r = TOOL_CALLER
+    with tempfile.TemporaryDirectory(dir=home) as tmp:
+        tmp = Path(tmp)
+        new_checkpoint(tmp / "base", arch=r["arch"], vocab=r["vocab"], chat_format=r["format"], seed=r["seed"],
+                       overrides=r["set"])
+        s = r["sft"]
+        cfg = SFTConfig.model_validate({
+            "run": {"out_dir": str(tmp / "sft"), "seed": r["seed"], "num_threads": 2}, "init_from": str(tmp / "base"),
+            "data": {"suite": str(ROOT / "tasks" / "suites" / "smoke"), "agent": str(DEMO_AGENT), "val_examples": 0,
+                     "max_len": s["max_len"], "cache_dir": str(tmp / "cache")},
+            "steps": s["steps"], "batch_size": s["batch_size"], "mtp": None,
+            "optim": {"lr": s["lr"], "warmup_steps": s["warmup_steps"]},
+            "checkpoint": {"every_steps": s["steps"]}, "eval_every": s["steps"], "log": {"every_steps": 100}})
+        model = Path(train_sft(cfg)["model_dir"])
+        shutil.copytree(model, tmp / "model", symlinks=False)
+        os.replace(tmp / "model", done)  # whole or absent: a killed build leaves no half checkpoint
+    return done

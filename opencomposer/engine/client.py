@@ -266,10 +266,26 @@ async def _token_server_chat(client: "SGLangClient | VLLMClient", messages: Sequ
         prompt = encode_messages(client.tokenizer, messages, tools, add_generation_prompt=True)
         return await chat_turn(client.generate, client.tokenizer, prompt, sampling, tools=tools)
     body = _openai_chat_body(client.model, messages, tools, sampling)
-    if isinstance(client, VLLMClient):  # vLLM reads earlier turns' thinking from "reasoning"
-        body["messages"] = [_reasoning_as_vllm(m) for m in body["messages"]]
-        body["skip_special_tokens"] = False  # the formats' tool-call tokens are special
-    return _chat_result(await client._post("/v1/chat/completions", body))
+    if not isinstance(client, VLLMClient):
+        return _chat_result(await client._post("/v1/chat/completions", body))
+    body["messages"] = [_reasoning_as_vllm(m) for m in body["messages"]]  # vLLM reads earlier thinking there
+    body["skip_special_tokens"] = False  # the formats' tool-call tokens are special
+    result = _chat_result(await client._post("/v1/chat/completions", body))
+    if result.message.get("tool_calls"):  # malformed calls as opencomposer's parser plugin sends them
+        result.message["tool_calls"] = [_harness_call(c) for c in result.message["tool_calls"]]
+    return result
+
+
+def _harness_call(call: dict) -> dict:
+    """A tool call of vLLM's chat reply, with a malformed one (vllm_tool_parser's form) turned into
+    the harness's: `error` and `raw` beside the call, so the agent returns it to the model as a
+    tool error instead of running it."""
+    from opencomposer.engine.vllm_tool_parser import malformed_from_openai
+
+    bad = malformed_from_openai(call)
+    if bad is None:
+        return call
+    return bad.to_openai() | {"error": bad.error, "raw": bad.raw or ""}
 
 
 def _reasoning_as_vllm(message: dict) -> dict:

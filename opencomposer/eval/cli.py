@@ -17,7 +17,7 @@ def eval_command(
     print_config: bool = typer.Option(False, "--print-config", help="Print the resolved config and exit."),
     suite: Optional[Path] = typer.Option(None, "--suite", help="Suite directory (with suite.toml)."),
     policy: Optional[str] = typer.Option(None, "--policy", help="oracle | oracle:tests | noop | openai:MODEL@BASE_URL | "
-                                                                "sglang:BASE_URL | vllm:MODEL@BASE_URL | engine:CKPT_DIR"),
+                                                                "sglang:BASE_URL | vllm:MODEL@BASE_URL | vllm:CKPT_DIR | engine:CKPT_DIR"),
     out: Optional[Path] = typer.Option(None, "--out", help="Run directory, run.out_dir (rerun with the same one to resume)."),
     passes: Optional[int] = typer.Option(None, "--passes", min=1, help="Episodes per task (default 1)."),
     concurrency: Optional[int] = typer.Option(None, "--concurrency", min=1, help="Episodes run at once (default 1)."),

@@ -14,7 +14,13 @@ Policy specs (`parse_policy`):
                             EvalOptions / --input-price --output-price, key from $OPENAI_API_KEY)
     sglang:BASE_URL         token level over SGLang's /generate (opencomposer's server, SGLang),
                             encoding with --tokenizer (default: the bundled one)
-    vllm:MODEL@BASE_URL     token level over vLLM's /v1/completions
+    vllm:MODEL@BASE_URL     token level over a running vLLM's /v1/completions
+    vllm:CKPT_DIR           a vLLM server this run starts on the checkpoint (options `vllm`, its
+                            log in <out>/vllm/) and stops at the end; `vllm_endpoint` "chat"
+                            (default): its /v1/chat/completions with the checkpoint's chat template
+                            and opencomposer's tool-call parser plugin (engine/vllm_tool_parser.py),
+                            malformed calls returned to the model as tool errors; "tokens": token
+                            ids through /v1/completions, rendered and parsed here (exact ids and logprobs)
     engine:CKPT_DIR         the embedded engine over an HF-format checkpoint, in process
 
 Output directory:
@@ -41,12 +47,13 @@ import json
 import time
 from dataclasses import asdict
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Literal
 
 from pydantic import Field, model_validator
 
 from opencomposer.config import REQUIRED, RunConfig, Section, variant
 from opencomposer.device import DeviceName, resolve_device
+from opencomposer.engine.vllm_server import VLLMConfig
 from opencomposer.errors import ConfigError
 from opencomposer.eval.report import summarize
 from opencomposer.eval.results import PARTIAL, RESULTS, RUN, SUMMARY, TRAJECTORIES, Row, read_rows
@@ -85,6 +92,10 @@ class EvalOptions(Section):
     """Where an engine: policy's model runs: auto (a GPU if torch sees one), cpu, cuda (opencomposer/device.py)."""
     agent: AgentConfig = AgentConfig()
     """The agent loop's limits and sampling (token-level specs); its wall-clock limit is task_timeout_s."""
+    vllm: VLLMConfig = VLLMConfig()
+    """The vLLM server a vllm:CKPT_DIR policy starts (dtype, KV cache, timeouts, ...)."""
+    vllm_endpoint: Literal["chat", "tokens"] = "chat"
+    """vllm:CKPT_DIR: the server's chat endpoint with the tool-call parser plugin, or token ids (/v1/completions)."""
 
     @model_validator(mode="after")
     def _no_wall_limit(self) -> "EvalOptions":
@@ -126,26 +137,28 @@ PolicyFactory = Callable[[Task], object]
 """Makes the policy for one task (shared clients are created once, outside)."""
 
 
-def parse_policy(spec: str, options: EvalOptions) -> PolicyFactory:
-    """A policy spec "KIND[:REST]" -> a factory of policies (_POLICIES); ConfigError on a bad spec."""
+def parse_policy(spec: str, options: EvalOptions, run_dir: Path | str = ".") -> PolicyFactory:
+    """A policy spec "KIND[:REST]" -> a factory of policies (_POLICIES); ConfigError on a bad spec.
+    A factory that holds a server has a `close()` (evaluate calls it at the end); `run_dir` is
+    where such a server keeps its log."""
     kind, _, rest = spec.partition(":")
     make = _POLICIES.get(kind)
-    factory = make(rest, options) if make is not None else None
+    factory = make(rest, options, Path(run_dir)) if make is not None else None
     if factory is None:
         raise ConfigError(f"unknown policy spec {spec!r}: use oracle, oracle:tests, noop, openai:MODEL@BASE_URL, "
-                          "sglang:BASE_URL, vllm:MODEL@BASE_URL or engine:CKPT_DIR")
+                          "sglang:BASE_URL, vllm:MODEL@BASE_URL, vllm:CKPT_DIR or engine:CKPT_DIR")
     return factory
 
 
 # Each takes the spec's REST and the options, and returns None when REST does not fit its kind.
 
-def _oracle_policy(rest: str, options: EvalOptions) -> PolicyFactory | None:
+def _oracle_policy(rest: str, options: EvalOptions, run_dir: Path) -> PolicyFactory | None:
     from opencomposer.tasks.policies import OraclePolicy
 
     return (lambda task: OraclePolicy(task, run_tests=rest == "tests")) if rest in ("", "tests") else None
 
 
-def _noop_policy(rest: str, options: EvalOptions) -> PolicyFactory | None:
+def _noop_policy(rest: str, options: EvalOptions, run_dir: Path) -> PolicyFactory | None:
     from opencomposer.tasks.policies import NoOpPolicy
 
     if rest:
@@ -154,7 +167,7 @@ def _noop_policy(rest: str, options: EvalOptions) -> PolicyFactory | None:
     return lambda task: policy
 
 
-def _openai_policy(rest: str, options: EvalOptions) -> PolicyFactory | None:
+def _openai_policy(rest: str, options: EvalOptions, run_dir: Path) -> PolicyFactory | None:
     """openai:MODEL@BASE_URL: a chat-completions API (text in, text out; priced per token)."""
     from opencomposer.engine.client import OpenAIChatClient
 
@@ -168,7 +181,7 @@ def _openai_policy(rest: str, options: EvalOptions) -> PolicyFactory | None:
     return lambda task: policy
 
 
-def _sglang_policy(rest: str, options: EvalOptions) -> PolicyFactory | None:
+def _sglang_policy(rest: str, options: EvalOptions, run_dir: Path) -> PolicyFactory | None:
     """sglang:BASE_URL: an SGLang-compatible server of token ids, with --tokenizer (else the bundled one)."""
     from opencomposer.engine.client import SGLangClient
     from opencomposer.model.tokenizer import load_tokenizer
@@ -180,22 +193,70 @@ def _sglang_policy(rest: str, options: EvalOptions) -> PolicyFactory | None:
     return lambda task: policy
 
 
-def _vllm_policy(rest: str, options: EvalOptions) -> PolicyFactory | None:
-    """vllm:MODEL@BASE_URL: a vLLM server of token ids, with --tokenizer (else the bundled one)."""
+def _vllm_policy(rest: str, options: EvalOptions, run_dir: Path) -> PolicyFactory | None:
+    """vllm:MODEL@BASE_URL: a running vLLM server of token ids, with --tokenizer (else the bundled
+    one); vllm:CKPT_DIR: a vLLM server started on the checkpoint (_managed_vllm_policy)."""
     from opencomposer.engine.client import VLLMClient
     from opencomposer.model.tokenizer import load_tokenizer
 
     if not rest:
         return None
     if "@" not in rest:
-        raise ConfigError(f"policy {'vllm:' + rest!r}: write vllm:MODEL@BASE_URL")
+        if Path(rest).is_dir():
+            return _managed_vllm_policy(Path(rest), options, run_dir)
+        raise ConfigError(f"policy {'vllm:' + rest!r}: write vllm:CKPT_DIR (a checkpoint directory; {rest} is "
+                          "not one) or vllm:MODEL@BASE_URL (a running server)")
     tok = load_tokenizer(options.tokenizer)
     name, _, url = rest.partition("@")
     policy = TokenClientPolicy(VLLMClient(url, name, tokenizer=tok), tok, name=name, routed_experts=False)
     return lambda task: policy
 
 
-def _engine_policy(path: str, options: EvalOptions) -> PolicyFactory | None:
+def _managed_vllm_policy(ckpt: Path, options: EvalOptions, run_dir: Path) -> PolicyFactory:
+    """vllm:CKPT_DIR: start vLLM on the checkpoint (stopped by the factory's close()), then talk to
+    its chat endpoint with the plugin (vllm_endpoint "chat") or to its token endpoint ("tokens").
+    The server's context is the agent's context_window plus its max_new_tokens (the chat endpoint
+    does not shorten a request to the room left), else the checkpoint's max_position_embeddings
+    capped at 32k tokens (as engine:); the tokenizer is the checkpoint's (the served one). With
+    `vllm.url` set the policy attaches to that server (started with --chat-tools for "chat")."""
+    from opencomposer.engine.vllm_server import VLLMServer
+    from opencomposer.engine.types import SamplingParams
+    from opencomposer.model.hf import load_config
+    from opencomposer.model.tokenizer import load_tokenizer
+
+    if not (ckpt / "config.json").is_file():
+        raise ConfigError(f"policy vllm:{ckpt}: no config.json there (an HF-format checkpoint directory)")
+    if options.tokenizer is not None:
+        raise ConfigError("tokenizer: a vllm:CKPT_DIR policy serves the checkpoint's own tokenizer; leave it unset")
+    tok = load_tokenizer(checkpoint=ckpt)
+    a, limit = options.agent, load_config(ckpt)[0].max_position_embeddings
+    # the chat endpoint asks for max_new_tokens whatever the room left: leave it room past the window
+    max_len = min(a.context_window + a.max_new_tokens, limit) if a.context_window else min(limit, 32_768)
+    chat = options.vllm_endpoint == "chat"
+    cfg = options.vllm.model_copy(update={"chat_tools": chat or options.vllm.chat_tools})
+    server = VLLMServer(cfg, ckpt, log_dir=run_dir / "vllm", max_model_len=max_len)
+    server.start()
+    client = server.client(None if chat else tok)
+    name = f"vllm:{ckpt.name}"
+    if chat:
+        sampling = SamplingParams(temperature=a.temperature, top_p=a.top_p, top_k=a.top_k,
+                                  max_new_tokens=a.max_new_tokens)
+        policy = ChatClientPolicy(client, name=name, sampling=sampling, tokenizer=tok)
+    else:
+        policy = TokenClientPolicy(client, tok, name=name, routed_experts=False)
+
+    def factory(task):
+        return policy
+
+    async def close() -> None:
+        await client.aclose()
+        await asyncio.to_thread(server.stop)
+
+    factory.close = close
+    return factory
+
+
+def _engine_policy(path: str, options: EvalOptions, run_dir: Path) -> PolicyFactory | None:
     """engine:DIR: the embedded engine over an HF-format checkpoint, in this process, with
     one KV-cache slot per concurrent episode. Its context is the agent's context_window, else
     the model's max_position_embeddings capped at 32k tokens; the tokenizer is --tokenizer,
@@ -292,9 +353,19 @@ async def evaluate(options: EvalOptions, out: Path | str, *, backend=None, progr
     tasks = [t for t in suite.tasks if any(fnmatch.fnmatch(t.id, g) for g in options.tasks)]
     if not tasks:
         raise ConfigError(f"no task of {options.suite} matches {options.tasks}")
-    make_policy = parse_policy(options.policy, options)
     _check_resume(out, options)
     out.mkdir(parents=True, exist_ok=True)
+    make_policy = await asyncio.to_thread(parse_policy, options.policy, options, out)
+    try:
+        return await _evaluate(options, out, suite, tasks, make_policy, backend, progress)
+    finally:
+        close = getattr(make_policy, "close", None)
+        if close is not None:
+            await close()
+
+
+async def _evaluate(options: EvalOptions, out: Path, suite: Suite, tasks: list[Task], make_policy: PolicyFactory,
+                    backend, progress: bool) -> dict:
     info = {**options.model_dump(mode="json"), "label": options.label or options.policy,
             "suite_name": suite.spec.name, "suite_version": suite.spec.version, "started_at": time.time()}
     if not (out / RUN).is_file():

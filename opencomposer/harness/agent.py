@@ -203,11 +203,14 @@ class ChatClientPolicy:
     a token-level backend reports in `ChatResult.errors` are not in OpenAI's message, so the
     model does not hear about them this way: use `TokenClientPolicy` for opencomposer models.
     `send_thinking=False` drops earlier turns' reasoning_content from the request (hosted APIs
-    that return it, e.g. DeepSeek's, refuse it as input); the trajectory keeps it."""
+    that return it, e.g. DeepSeek's, refuse it as input); the trajectory keeps it. A server that
+    sends malformed calls with `error` and `raw` beside them (VLLMClient over opencomposer's
+    tool-parser plugin) has them returned to the model as tool errors."""
 
     def __init__(self, client, name: str, prices: Prices | None = None, sampling: SamplingParams | None = None,
-                 send_thinking: bool = True):
+                 send_thinking: bool = True, tokenizer: Tokenizer | None = None):
         self.client, self.name, self.prices, self.send_thinking = client, name, prices, send_thinking
+        self.tokenizer = tokenizer  # the served model's, when known: the loop counts and hints in its format
         self.sampling = sampling or SamplingParams(max_new_tokens=8192)
 
     async def chat(self, messages: list[dict], tools: list[dict]) -> ChatReply:

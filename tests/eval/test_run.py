@@ -74,7 +74,7 @@ async def test_a_failing_policy_is_an_error_row_retried_on_rerun(tmp_path, monke
     opts = EvalOptions(suite=str(SMOKE), policy="oracle", tasks=["dates*"])
     failing = ScriptedPolicy([ConnectionError("endpoint down")])
     with monkeypatch.context() as m:
-        m.setattr(run_mod, "parse_policy", lambda spec, options: lambda task: failing)
+        m.setattr(run_mod, "parse_policy", lambda spec, options, run_dir: lambda task: failing)
         res = await evaluate(opts, tmp_path, progress=False)
     row = res["rows"][0]
     assert row["status"] == "error" and "endpoint down" in row["error"] and not row["resolved"]
@@ -119,7 +119,7 @@ def test_endpoint_specs_build_clients_with_model_url_and_prices(monkeypatch):
     for bad in ("oracle:x", "noop:x", "openai:no-url", "sglang:", "vllm:", "engine:", "nonsense"):
         with pytest.raises(ConfigError, match="unknown policy spec"):
             run_mod.parse_policy(bad, opts)
-    with pytest.raises(ConfigError, match="write vllm:MODEL@BASE_URL"):
+    with pytest.raises(ConfigError, match=r"write vllm:CKPT_DIR \(a checkpoint directory; no-url is not one\) or vllm:MODEL@BASE_URL"):
         run_mod.parse_policy("vllm:no-url", opts)
 
 
