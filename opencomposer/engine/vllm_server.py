@@ -343,6 +343,13 @@ class VLLMServer:
             pass
         self.proc.wait()
         self.proc = None
+        deadline = time.monotonic() + 5.0  # the engine processes, reparented, are reaped by init shortly
+        while time.monotonic() < deadline:
+            try:
+                os.killpg(pgid, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.05)
 
     def restart(self, model_dir: str | Path | None = None) -> float:
         """Stop, then start on `model_dir` (default: the same checkpoint); the seconds it took."""

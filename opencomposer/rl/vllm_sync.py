@@ -181,6 +181,7 @@ class VLLMSync:
 
     def _done(self, version, path, written, state, p, how, api_s, restart_s, probe_s, t0, expected) -> VLLMSyncStats:
         self.served, self.server.version = expected, version
+        self.server.model_dir = path  # a crash recovery restarts on the version served now
         self.writer.commit(path, written, state)
         return self._stats(version, path, written, len(state), p, how, api_s, restart_s, probe_s, t0)
 

