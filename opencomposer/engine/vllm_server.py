@@ -113,6 +113,13 @@ def vllm_python(cfg: VLLMConfig) -> Path:
     return path
 
 
+def _has_gpu() -> bool:
+    """Whether vLLM started here will run on a GPU (torch sees one)."""
+    import torch
+
+    return torch.cuda.is_available()
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -200,6 +207,8 @@ class VLLMServer:
                 "--generation-config", "auto", "--disable-uvicorn-access-log"]
         if self.max_model_len:
             argv += ["--max-model-len", str(self.max_model_len)]
+        if _has_gpu():  # on CPU the size goes in VLLM_CPU_KVCACHE_SPACE (_env); not run here: no GPU
+            argv += ["--kv-cache-memory-bytes", str(int(c.kv_cache_gib * 2**30))]
         if c.enforce_eager:
             argv.append("--enforce-eager")
         if c.single_process:

@@ -292,7 +292,8 @@ class RLConfig(Section):
         if self.engine.backend == "vllm":
             if not (self.mode == "agentic" and self.agentic.runner == "local"):
                 raise ValueError("engine.backend 'vllm' works with mode 'agentic' and agentic.runner 'local' "
-                                 "(docs/vllm.md: a Ray cluster runs one vLLM server per inference actor)")
+                                 "(the Ray runner's inference actor is the embedded engine; docs/vllm.md says how to run "
+                                 "vLLM on one node)")
             if self.weight_sync.mode != "in_place":
                 raise ValueError("weight_sync.mode: leave it out with engine.backend 'vllm' (the vLLM backend "
                                  "updates its server itself; weight_sync.vllm_update chooses how)")

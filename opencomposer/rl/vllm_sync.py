@@ -26,9 +26,9 @@ restart), sync/api_s, sync/restart_s, sync/probe_s, vllm/crash_restarts and vllm
 (cumulative). Rollouts in flight across a restart fail and are sent again by the client under the
 new version, so each segment's per-token versions stay exact.
 
-Router replay: vLLM returns routed experts only with Model Runner V2 (GPU, Triton); on CPU the
-run routes in the trainer (train.router_replay is refused with engine.backend vllm, with a
-message saying so). Needs vLLM installed (make setup-vllm); tests/rl/test_vllm_rl.py runs it live.
+Router replay: vLLM returns routed experts only with Model Runner V2 (GPU, Triton): with a GPU
+the run starts vLLM with --enable-return-routed-experts; on CPU it logs a warning saying so and the
+trainer routes itself (rl/run.py's vllm_inference). Needs vLLM installed (make setup-vllm); tests/rl/test_vllm_rl.py runs it live.
 """
 
 from __future__ import annotations
