@@ -1,7 +1,8 @@
 """A tiny random Qwen3-MoE with the real Qwen vocabulary (`opencomposer model new --vocab qwen`) goes
 through oracle SFT on the smoke suite, two steps of agentic RL and `opencomposer eval`, through the real
 sandbox, tools and grader, each a CLI command as a user runs it; every checkpoint on the way carries its
-serving files, and the eval's recorded token ids and logprobs are the model's own (recomputed).
+serving files, the eval's recorded token ids and logprobs are the model's own (recomputed), and the chat
+server renders the episode's prompt to the same ids.
 
 One run per chat format of the registry (model/chat.py): Qwen3's own tokens at their own ids for qwen3
 and qwen3_coder, opencomposer's structure tokens appended to the vocabulary for opencomposer.
@@ -86,3 +87,40 @@ def test_a_qwen_vocabulary_moe_runs_sft_rl_and_eval(fmt, tmp_path):
     assert len(gen) >= 8
     recomputed = [float(logp[i - 1, seg.token_ids[i]]) for i in gen]
     assert recomputed == pytest.approx([seg.logprobs[i] for i in gen], abs=1e-4)
+    assert_the_chat_server_renders_them_unchanged(policy, read_jsonl(tmp_path / "eval" / "trajectories.jsonl")[0])
+
+
+def assert_the_chat_server_renders_them_unchanged(ckpt: Path, traj) -> None:
+    """opencomposer's chat endpoint (engine/server.py, in process) given the episode's messages up to
+    its first assistant turn (system, tools, task) builds, as its prompt, exactly the ids the episode
+    had there. Later turns re-render the model's replies from their text, which gives its ids back
+    only where they are the text's canonical encoding (docs/chat-formats.md, "Exactness limits"); a
+    random model's often are not, and RL never re-renders a generated turn."""
+    import asyncio
+
+    import httpx
+
+    from opencomposer.engine.fake import FakeEngine
+    from opencomposer.engine.server import create_app
+
+    tok = load_tokenizer(checkpoint=ckpt)
+    app = create_app(FakeEngine(vocab_size=tok.vocab_size, max_len=8192), tok, max_len=8192,
+                     vocab_size=tok.vocab_size, model_name="policy")
+    seg = traj.segments[0]
+    starts = [i for i in range(1, len(seg.loss_mask)) if seg.loss_mask[i] and not seg.loss_mask[i - 1]]
+    turns = [k for k, m in enumerate(seg.messages) if m["role"] == "assistant"]
+    assert turns and len(starts) == len(turns), (starts, turns)
+
+    async def prompts() -> list[list[int]]:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test") as c:
+            out = []
+            for k in turns[:1]:
+                r = await c.post("/v1/chat/completions", json={
+                    "model": "policy", "messages": seg.messages[:k], "tools": traj.tools, "max_tokens": 1,
+                    "return_token_ids": True})
+                assert r.status_code == 200, r.text
+                out.append(r.json()["prompt_token_ids"])
+            return out
+
+    first = asyncio.run(prompts())[0]
+    assert first == seg.token_ids[:starts[0]]
