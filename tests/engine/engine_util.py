@@ -63,3 +63,15 @@ def prompts(n: int, vocab: int = 61, seed: int = 1, min_len: int = 2, max_len: i
     g = torch.Generator().manual_seed(seed)
     lens = torch.randint(min_len, max_len + 1, (n,), generator=g).tolist()
     return [torch.randint(0, vocab, (L,), generator=g).tolist() for L in lens]
+
+
+def load_benchmark(name: str):
+    """benchmarks/<name>.py as a module (the scripts are not a package)."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"{name}_bench", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod

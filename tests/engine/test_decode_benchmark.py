@@ -2,23 +2,17 @@
 as the drafts every draft is accepted, and the output is still the plain output, because the
 engine verifies every draft with the main model."""
 
-import importlib.util
-from pathlib import Path
 
 import pytest
 
-from engine_util import prompts, tiny_model
+from engine_util import load_benchmark, prompts, tiny_model
 from opencomposer.engine import Engine, GenerationRequest, SamplingParams
 
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "decode.py"
 
 
 @pytest.fixture(scope="module")
 def decode_bench():
-    spec = importlib.util.spec_from_file_location("decode_bench", BENCH)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_benchmark("decode")
 
 
 @pytest.mark.parametrize("depth", [1, 2])

@@ -3,27 +3,21 @@ run on a tiny model, its argument checks, and (vllm) the whole script against a 
 server on a tiny checkpoint, whose mismatch must pass the issue's bar (exit status 0)."""
 
 import asyncio
-import importlib.util
 import json
 import math
-from pathlib import Path
 
 import pytest
 import torch
 
-from engine_util import prompts, tiny_model
+from engine_util import load_benchmark, prompts, tiny_model
 from opencomposer.engine.types import GenerationResult, SamplingParams
 from tests.vllm_util import require_vllm
 
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "engines.py"
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("engines_bench", BENCH)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_benchmark("engines")
 
 
 def test_mismatch_figures(bench):
