@@ -65,7 +65,7 @@ import torch
 from opencomposer.engine import Engine
 from opencomposer.engine.client import InProcessClient, PolicyClient
 from opencomposer.engine.types import GenerationResult, SamplingParams
-from opencomposer.engine.vllm_server import VLLMConfig, VLLMError, VLLMServer, _log_cause as log_cause
+from opencomposer.engine.vllm_server import VLLMConfig, VLLMError, VLLMServer, log_cause
 from opencomposer.errors import InferenceError
 from opencomposer.model import Transformer, load_pretrained
 from opencomposer.model.chat import stop_token_ids

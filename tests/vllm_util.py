@@ -27,17 +27,6 @@ def tiny_checkpoint(out: Path, fmt: str = "qwen3", arch: str = "qwen3_moe", seed
     return out
 
 
-def group_alive(pgid: int) -> bool:
-    """Whether any process of process group `pgid` still runs."""
-    import os
-
-    try:
-        os.killpg(pgid, 0)
-        return True
-    except ProcessLookupError:
-        return False
-
-
 def stopping_checkpoint(out: Path, p_stop: float = 0.5, seed: int = 0) -> Path:
     """A tiny random dense Qwen3 (untied embeddings) whose turns sometimes end early: the lm_head
     rows of the stop tokens are fitted (least squares on hidden states of random text) towards

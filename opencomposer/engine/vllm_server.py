@@ -120,6 +120,15 @@ def _has_gpu() -> bool:
     return torch.cuda.is_available()
 
 
+def group_alive(pgid: int) -> bool:
+    """Whether any process of process group `pgid` still runs."""
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -142,7 +151,7 @@ _WRAPPERS = ("EngineDeadError", "EngineCore encountered", "See stack trace", "En
 _LOG_PREFIX = re.compile(r"^\((?:APIServer|EngineCore|Worker)[^)]*\)\s+(?P<level>[A-Z]+)\s+\S+ \S+ \[[^]]*\]\s*")
 
 
-def _log_cause(log: Path, lines: int = 600) -> str:
+def log_cause(log: Path, lines: int = 600) -> str:
     """The most telling line of a failed start: the first error of the log's tail that is not one of
     vLLM's wrappers around it (EngineDeadError...), else the last error, else the last line."""
     try:
@@ -281,7 +290,7 @@ class VLLMServer:
             while True:
                 if self.proc is not None and self.proc.poll() is not None:
                     raise VLLMError(f"vLLM exited (code {self._exit_code()}) before it was healthy, serving "
-                                    f"{self.model_dir}: {_log_cause(self.log_path)} (log: {self.log_path})")
+                                    f"{self.model_dir}: {log_cause(self.log_path)} (log: {self.log_path})")
                 try:
                     if http.get(f"{self.url}/health").status_code == 200:
                         models = http.get(f"{self.url}/v1/models")
@@ -299,7 +308,7 @@ class VLLMServer:
                                         f"({last}): is the URL right and the server up?")
                     raise VLLMError(f"vLLM did not become healthy within {self.cfg.start_timeout_s:g} s serving "
                                     f"{self.model_dir} ({last}); raise vllm.start_timeout_s on a slow machine; "
-                                    f"last log line: {_log_cause(self.log_path)} (log: {self.log_path})")
+                                    f"last log line: {log_cause(self.log_path)} (log: {self.log_path})")
                 time.sleep(0.5)
 
     def _warm_up(self, http: httpx.Client) -> None:
@@ -309,7 +318,7 @@ class VLLMServer:
                       json={"model": self.cfg.served_model_name, "prompt": [0], "max_tokens": 1})
         if r.status_code != 200:
             where = f" (log: {self.log_path})" if self.managed else ""
-            cause = _log_cause(self.log_path) if self.managed else r.text[:500]
+            cause = log_cause(self.log_path) if self.managed else r.text[:500]
             raise VLLMError(f"vLLM at {self.url} is up but cannot generate with {self.model_dir or 'its model'}: "
                             f"{cause}{where}")
 
@@ -353,11 +362,7 @@ class VLLMServer:
         self.proc.wait()
         self.proc = None
         deadline = time.monotonic() + 5.0  # the engine processes, reparented, are reaped by init shortly
-        while time.monotonic() < deadline:
-            try:
-                os.killpg(pgid, 0)
-            except ProcessLookupError:
-                break
+        while group_alive(pgid) and time.monotonic() < deadline:
             time.sleep(0.05)
 
     def restart(self, model_dir: str | Path | None = None) -> float:

@@ -22,7 +22,7 @@ import torch
 import yaml
 
 from opencomposer.engine.client import VLLMClient, _chat_result, _harness_call
-from opencomposer.engine.vllm_server import free_port
+from opencomposer.engine.vllm_server import free_port, group_alive
 from opencomposer.eval.run import EvalOptions, evaluate
 from opencomposer.harness.agent import AgentConfig
 from opencomposer.harness.trajectory import read_jsonl
@@ -30,7 +30,7 @@ from opencomposer.model import load_pretrained
 from opencomposer.engine.types import SamplingParams
 from opencomposer.model.chat import Message, encode_messages
 from opencomposer.model.tokenizer import load_tokenizer
-from tests.vllm_util import DEMO_AGENT, ROOT, group_alive, require_vllm, tool_calling_checkpoint
+from tests.vllm_util import DEMO_AGENT, ROOT, require_vllm, tool_calling_checkpoint
 
 SMOKE = ROOT / "tasks" / "suites" / "smoke"
 

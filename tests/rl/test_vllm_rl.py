@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from opencomposer.engine.vllm_server import VLLMConfig, VLLMError, VLLMServer
+from opencomposer.engine.vllm_server import VLLMConfig, VLLMError, VLLMServer, group_alive
 from opencomposer.model import load_pretrained
 from opencomposer.model.tokenizer import load_tokenizer
 from opencomposer.rl.config import RLConfig
@@ -23,7 +23,7 @@ from opencomposer.harness.trajectory import read_jsonl
 from opencomposer.model.export import write_tokenizer_files
 from opencomposer.rl.vllm_sync import VLLMSync, probe_ids, trainer_logprobs
 from opencomposer.rl.weight_sync import VersionWriter
-from tests.vllm_util import group_alive, require_vllm, stopping_checkpoint, tiny_checkpoint
+from tests.vllm_util import require_vllm, stopping_checkpoint, tiny_checkpoint
 
 ROOT = Path(__file__).resolve().parents[2]
 SMOKE = ROOT / "tasks" / "suites" / "smoke"
