@@ -111,6 +111,12 @@ class TasksStage(Section):
     excluded: RL never trains on the tasks SFT memorised (nor on held-out ones)."""
     difficulty: int = Field(0, ge=0)
     """Distractor functions per module (demo_family.MAX_DIFFICULTY at most)."""
+    two_file_rate: float = Field(0.0, ge=0, le=1)
+    """Share of two-file tasks (two named bugs in two modules: reading both files in one turn saves
+    a turn; demo_family.make_two_file_instance), the hard half of issue 21's easy/hard mix."""
+    max_turns: int = Field(4, ge=2)
+    """The demo environment's turn limit, in every stage (DEMO_AGENT: read, edit, answer, one spare);
+    a two-file task read and edited one call a turn, then verified, takes 6."""
 
 
 class SFTStage(Section):
@@ -131,6 +137,11 @@ class SFTStage(Section):
     """Share of SFT's demonstrations that write a plausible wrong fix (demo_family.demonstrator):
     an imperfect demonstrator, whose mistakes only the grader's reward, i.e. RL, can tell apart;
     with the oracle alone SFT leaves RL little to improve (docs/demo-design.md)."""
+    parallel_rate: float = Field(1.0, ge=0, le=1)
+    """Share of the demonstrations that batch their calls (the reads in one turn, the edits in one
+    turn); the rest make one call a turn (demo_family.demonstrator's habits, issue 21)."""
+    verify_rate: float = Field(0.0, ge=0, le=1)
+    """Share of the demonstrations that read the edited file again before answering (a needless turn)."""
 
 
 class EvalStage(Section):
@@ -164,6 +175,10 @@ class RLStage(Section):
     answering at once without tools, a collapse (docs/demo-design.md)."""
     tool_error_coef: float = Field(0.0, ge=0)
     """Penalty per failed or malformed tool call (0 for the same reason: correctness is the signal)."""
+    length_k: float = Field(1e-3, gt=0)
+    """k of the length penalty C(x) = ((1+kx)^(1-q) - 1)/(k(1-q)) (rl.reward.length_k)."""
+    length_q: float = Field(1.0, ge=0)
+    """q of the length penalty: 0 linear, 1 logarithmic, > 0 concave (rl.reward.length_q)."""
     zero_failed_groups: bool = False
     """rl.advantage.zero_failed_groups: groups with no success get advantage 0, so the length and
     tool-error penalties cannot rank failures (the quitting collapse, issue 21). No effect while
@@ -230,6 +245,14 @@ class PipelineConfig(Section):
         need = self.rl.steps * self.rl.groups_per_step
         if need > self.tasks.n_rl:  # RL visits each of its tasks at most once
             raise ValueError(f"rl.steps x rl.groups_per_step = {need} tasks, but tasks.n_rl is {self.tasks.n_rl}")
+        # the demonstrator's longest episode: its call turns (one call a turn on two-file tasks
+        # unless it always batches), a re-read if it ever verifies, and the answer
+        t, s = self.tasks, self.sft
+        longest = (4 if t.two_file_rate and s.parallel_rate < 1 else 2) + (s.verify_rate > 0) + 1
+        if t.max_turns < longest:
+            raise ValueError(f"tasks.max_turns is {t.max_turns}, but the demonstrator's episodes take up to {longest} "
+                             f"turns (tasks.two_file_rate {t.two_file_rate}, sft.parallel_rate {s.parallel_rate}, "
+                             f"sft.verify_rate {s.verify_rate}): raise tasks.max_turns")
         return self
 
 
@@ -238,10 +261,10 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
     return _load(PipelineConfig, path, overrides, renamed=RENAMED)
 
 
-def demo_agent(temperature: float = 1.0):
+def demo_agent(temperature: float = 1.0, max_turns: int | None = None):
     from opencomposer.tasks.demo_family import DEMO_AGENT
 
-    return DEMO_AGENT.model_copy(update={"temperature": temperature})
+    return DEMO_AGENT.model_copy(update={"temperature": temperature, "max_turns": max_turns or DEMO_AGENT.max_turns})
 
 
 # ----------------------------------------------------------------------------- the stages
@@ -372,11 +395,13 @@ class Pipeline:
 
         c = self.cfg.tasks
         train = generate_tasks(c.n_train, 2 * self.cfg.run.seed, self.paths["train_suite"], difficulty=c.difficulty,
-                               suite_name="demo-train")
+                               suite_name="demo-train", two_file_rate=c.two_file_rate)
         held = generate_tasks(c.n_heldout, 2 * self.cfg.run.seed + 1, self.paths["heldout_suite"], difficulty=c.difficulty,
-                              exclude={p.name for p in train}, suite_name="demo-heldout")
+                              exclude={p.name for p in train}, suite_name="demo-heldout",
+                              two_file_rate=c.two_file_rate)
         rl = generate_tasks(c.n_rl, 2 * self.cfg.run.seed + 1000, self.paths["rl_suite"], difficulty=c.difficulty,
-                            exclude={p.name for p in train} | {p.name for p in held}, suite_name="demo-rl")
+                            exclude={p.name for p in train} | {p.name for p in held}, suite_name="demo-rl",
+                            two_file_rate=c.two_file_rate)
         names = {k: {p.name for p in v} for k, v in (("SFT", train), ("held-out", held), ("RL", rl))}
         for a, b in (("held-out", "SFT"), ("held-out", "RL"), ("RL", "SFT")):
             overlap = names[a] & names[b]
@@ -396,8 +421,10 @@ class Pipeline:
             "run": {"out_dir": str(self.paths["sft"]), "seed": self.cfg.run.seed,
                     "num_threads": self.cfg.run.train_threads, "device": self.cfg.run.device},
             "init_from": str(self.paths["pretrain"] / "model"), "tokenizer": str(self.paths["tokenizer"]),
-            "data": {"suite": str(self.paths["train_suite"]), "agent": demo_agent().model_dump(mode="json"),
+            "data": {"suite": str(self.paths["train_suite"]),
+                     "agent": demo_agent(max_turns=self.cfg.tasks.max_turns).model_dump(mode="json"),
                      "concurrency": 2, "max_len": 1024, "val_examples": 16, "decoy_rate": c.decoy_rate,
+                     "parallel_rate": c.parallel_rate, "verify_rate": c.verify_rate,
                      "cache_dir": str(self.paths["cache"] / "sft")},
             "steps": c.steps, "batch_size": c.batch_size, "optim": {"lr": c.lr, "warmup_steps": c.warmup_steps},
             "mtp": {"mode": "distill", "weight": c.mtp_weight} if c.mtp_weight else None,
@@ -414,7 +441,7 @@ class Pipeline:
         e = self.cfg.eval
         options = EvalOptions(suite=str(self.paths["heldout_suite"]), policy=f"engine:{model_dir}", label=label,
                               concurrency=e.concurrency, task_timeout_s=300, tokenizer=str(self.paths["tokenizer"]),
-                              agent=demo_agent(e.temperature), device=self.cfg.run.device)
+                              agent=demo_agent(e.temperature, self.cfg.tasks.max_turns), device=self.cfg.run.device)
         s = asyncio.run(evaluate(options, out))["summary"]
         self.console.print(f"{label}: {s['accuracy']:.1%} of {s['episodes']} held-out episodes resolved "
                            f"(temperature {e.temperature})")
@@ -431,7 +458,7 @@ class Pipeline:
         from opencomposer.rl.config import AGENT_FROM_RUN, load_rl_config
 
         r = self.cfg.rl
-        agent = demo_agent().model_dump(mode="json")
+        agent = demo_agent(max_turns=self.cfg.tasks.max_turns).model_dump(mode="json")
         # the RL run samples with its sampling section in engine.max_len: the agent's own fields go
         sampling = {"temperature": r.temperature, "max_new_tokens": agent["max_new_tokens"]}
         context_window = agent["context_window"]
@@ -448,7 +475,7 @@ class Pipeline:
             "train": {"max_steps": r.steps, "micro_batch_size": r.micro_batch_size, "frozen": r.frozen,
                       "optim": {"lr": r.lr, "warmup_steps": r.warmup_steps, "min_lr_ratio": r.min_lr_ratio}},
             "reward": {"kl_coef": r.kl_coef, "length_coef": r.length_coef, "failed_tool_call_coef": r.tool_error_coef,
-                       "malformed_tool_call_coef": r.tool_error_coef},
+                       "malformed_tool_call_coef": r.tool_error_coef, "length_k": r.length_k, "length_q": r.length_q},
             **({"advantage": {"zero_failed_groups": True}} if r.zero_failed_groups else {}),
             "checkpoint": {"every_steps": max(1, r.steps // 4), "keep_last": 2},
             "log": {"tensorboard": False},

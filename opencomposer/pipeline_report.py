@@ -5,6 +5,8 @@ Writes into `<out_dir>/report/`:
     learning_curve.png   RL: mean reward and the fraction of resolved rollouts per trainer step
     eval/index.html      eval/report.py over both evaluations: the table, the cost/accuracy
                          (Pareto) plot and the trajectory viewer of every held-out episode
+    efficiency.png       turns per solved held-out task (easy / hard), and per RL step the length
+                         penalty's share of the reward, turns per rollout and parallel reads
     README.md            what the task family is, the before/after held-out success, the stage
                          wall times and the settings that matter (index.html: the same, as HTML)
     summary_demo.json    the figures above, for scripts (benchmarks/demo_seeds.py)
@@ -99,6 +101,120 @@ def outcomes(eval_dir: Path, suite: Path) -> dict[str, int]:
     return out
 
 
+def episode_shape(t) -> dict:
+    """How an episode spent its turns: turns, generated tokens, effort x (rl.rewards.effort at the
+    default weights), whether it read two or more files in one turn before its first edit
+    (a parallel read) and whether it read a file again after editing (a needless check)."""
+    from opencomposer.rl.rewards import EffortWeights, RewardInputs, effort
+
+    c = t.counts
+    reads: dict[int, int] = {}
+    first_edit = min((r.turn for r in t.tool_calls if r.name == "edit_file" and r.ok), default=None)
+    for r in t.tool_calls:
+        if r.name == "read_file" and r.ok and (first_edit is None or r.turn < first_edit):
+            reads[r.turn] = reads.get(r.turn, 0) + 1
+    x = effort(RewardInputs(c.thinking_tokens, c.tool_call_tokens, c.tool_output_tokens, c.final_message_tokens,
+                            c.tool_calls, c.turns, 0, 0, 0, False), EffortWeights())
+    return {"turns": c.turns, "tokens": c.completion_tokens, "effort": x,
+            "parallel_read": any(n >= 2 for n in reads.values()),
+            "verify": first_edit is not None and any(r.name == "read_file" and r.turn > first_edit
+                                                     for r in t.tool_calls)}
+
+
+def _mean(xs: list[float]) -> float | None:
+    return sum(xs) / len(xs) if xs else None
+
+
+def efficiency(eval_dir: Path, suite: Path) -> dict[str, dict]:
+    """Held-out episodes by task kind (easy: one file; hard: two files, demo_family.two_file):
+    success, and over the solved ones mean turns, tokens and effort, the share with a parallel
+    read (two-file tasks) and the share that read a file again after editing (issue 21)."""
+    from opencomposer.harness.trajectory import read_jsonl
+    from opencomposer.tasks.demo_family import two_file
+    from opencomposer.tasks.task import Suite
+
+    hard = {t.id for t in Suite.load(suite).tasks if two_file(t)}
+    by: dict[str, list[tuple[bool, dict]]] = {"easy": [], "hard": []}
+    for t in read_jsonl(eval_dir / "trajectories.jsonl"):
+        by["hard" if t.task_id in hard else "easy"].append((bool(t.reward and t.reward > 0), episode_shape(t)))
+    out = {}
+    for kind, eps in by.items():
+        solved = [e for ok, e in eps if ok]
+        out[kind] = {"episodes": len(eps), "solved": len(solved),
+                     "success": len(solved) / len(eps) if eps else None,
+                     "turns_per_solved": _mean([e["turns"] for e in solved]),
+                     "tokens_per_solved": _mean([e["tokens"] for e in solved]),
+                     "effort_per_solved": _mean([e["effort"] for e in solved]),
+                     "parallel_read_frac": _mean([float(e["parallel_read"]) for e in solved]),
+                     "verify_frac": _mean([float(e["verify"]) for e in solved])}
+    return out
+
+
+def rl_efficiency(rl_dir: Path, suite: Path) -> dict[str, list[float]]:
+    """Per RL step, over its trained rollouts (rl/trajectories.jsonl): the length penalty's share of
+    the reward (mean |length term| over the mean of every term's |value|), mean turns, and the
+    share of two-file rollouts with a parallel read."""
+    from opencomposer.harness.trajectory import read_jsonl
+    from opencomposer.tasks.demo_family import two_file
+    from opencomposer.tasks.task import Suite
+
+    path = rl_dir / "trajectories.jsonl"
+    if not path.is_file():
+        return {"step": [], "penalty_share": [], "turns": [], "parallel_read_frac": []}
+    hard = {t.id for t in Suite.load(suite).tasks if two_file(t)}
+    steps: dict[int, list] = {}
+    for t in read_jsonl(path):
+        steps.setdefault(int(t.meta.get("step", 0)), []).append(t)
+    out: dict[str, list[float]] = {"step": [], "penalty_share": [], "turns": [], "parallel_read_frac": []}
+    for step in sorted(steps):
+        ts = steps[step]
+        rw = [t.meta.get("reward") or {} for t in ts]
+        length = sum(abs(r.get("length_penalty", 0.0)) for r in rw)
+        terms = sum(abs(r.get(k, 0.0)) for r in rw for k in ("correctness", "auxiliary", "length_penalty", "kl"))
+        two = [episode_shape(t)["parallel_read"] for t in ts if t.task_id in hard]
+        out["step"].append(step)
+        out["penalty_share"].append(length / terms if terms else 0.0)
+        out["turns"].append(sum(t.counts.turns for t in ts) / len(ts))
+        out["parallel_read_frac"].append(sum(two) / len(two) if two else float("nan"))
+    return out
+
+
+def plot_efficiency(eff: dict[str, dict], curve: dict[str, list[float]], path: Path) -> Path:
+    """Three panels: turns per solved task (easy/hard, after SFT and after RL); the penalty's
+    share of the reward per RL step; turns per rollout and parallel reads per RL step."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (a, b, c) = plt.subplots(1, 3, figsize=(12, 3.6), dpi=110)
+    kinds = ["easy", "hard"]
+    for i, (stage, color) in enumerate((("sft", "tab:gray"), ("rl", "tab:blue"))):
+        vals = [eff[stage][k]["turns_per_solved"] or 0.0 for k in kinds]
+        a.bar([x + 0.38 * i for x in range(2)], vals, width=0.36, color=color, label=f"after {stage.upper()}")
+    a.set_xticks([0.19, 1.19], ["easy (one file)", "hard (two files)"])
+    a.set_ylabel("turns per solved held-out task")
+    a.legend(fontsize=8)
+    b.plot(curve["step"], curve["penalty_share"], marker=".")
+    b.set_xlabel("RL step")
+    b.set_ylabel("length penalty's share of |reward|")
+    c.plot(curve["step"], curve["turns"], marker=".", label="turns per rollout")
+    c.set_xlabel("RL step")
+    c.set_ylabel("turns")
+    c2 = c.twinx()
+    c2.plot(curve["step"], curve["parallel_read_frac"], color="tab:orange", marker=".", label="parallel read (two-file)")
+    c2.set_ylim(0, 1)
+    c2.set_ylabel("share of two-file rollouts")
+    c.legend(loc="upper left", fontsize=8)
+    c2.legend(loc="upper right", fontsize=8)
+    for ax in (a, b, c):
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
 def write_demo_report(p: DemoRun) -> dict:
     """Write the report (module docstring); returns the headline figures."""
     from opencomposer.eval.report import write_report
@@ -118,11 +234,16 @@ def write_demo_report(p: DemoRun) -> dict:
         "difficulty": cfg.tasks.difficulty, "eval_temperature": cfg.eval.temperature,
         "sft_decoy_demonstrations": decoy_demonstrations(p.paths["sft"]),
         "outcomes": {k: outcomes(p.paths[f"eval_{k}"], p.paths["heldout_suite"]) for k in ("sft", "rl")},
+        "efficiency": {k: efficiency(p.paths[f"eval_{k}"], p.paths["heldout_suite"]) for k in ("sft", "rl")},
         "rl_steps": len(steps), "rl_reward_first": reward[0] if reward else None,
         "rl_reward_last": reward[-1] if reward else None,
         "stage_wall_s": {n: round(r.get("wall_s", 0.0), 1) for n, r in rec.items() if r},
     }
     summary["total_wall_s"] = round(sum(summary["stage_wall_s"].values()), 1)
+    curve = rl_efficiency(p.paths["rl"], p.paths["rl_suite"])
+    plot_efficiency(summary["efficiency"], curve, out / "efficiency.png")
+    summary["rl_penalty_share"] = {"first": curve["penalty_share"][0] if curve["step"] else None,
+                                   "last": curve["penalty_share"][-1] if curve["step"] else None}
     (out / "summary_demo.json").write_text(json.dumps(summary, indent=2))
     md = readme(p, summary, rec, key)
     (out / "README.md").write_text(md)
@@ -142,7 +263,7 @@ def readme(p: DemoRun, s: dict, rec: dict, key: str) -> str:
 **What the tasks are.** Small generated mini-projects (`opencomposer/tasks/demo_family.py`): one
 Python module with {1 + s['difficulty']} one-line function(s), one of them broken by a templated bug
 (a flipped operator, a wrong constant, swapped arguments, `min` for `max`), a terse instruction
-that names the function and the symptom, and hidden tests. They are **not real-world tasks**: a
+that names the function and the symptom, and hidden tests{_mix(cfg)}. They are **not real-world tasks**: a
 2-core CPU cannot train a model to fix real bugs in 30 minutes. They do run through the same
 sandbox, tools, agent loop, grader and hidden tests as every other suite.
 
@@ -163,6 +284,8 @@ The decoy fix is each bug's plausible wrong fix, which {s['sft_decoy_demonstrati
 {s['train_tasks']} demonstrations wrote (the SFT line below); only the grader tells it apart.
 
 {verdict} One seed; `benchmarks/demo_seeds.py` measures the spread over seeds.
+
+{_efficiency_section(s, cfg)}
 
 ![RL learning curve](learning_curve.png)
 
@@ -188,11 +311,51 @@ Cost/accuracy plot and every held-out trajectory: [eval/index.html](eval/index.h
 - SFT: {cfg.sft.steps} steps x {cfg.sft.batch_size} of {cfg.tasks.n_train} demonstrations (read_file,
   one edit_file, "Done."), lr {cfg.sft.lr}; final validation loss {rec['sft'].get('val_loss')}.
   {_demonstrator(s, cfg)}
-- environment: read_file + edit_file with compact schemas, short system prompt, 4 turns,
+- environment: read_file + edit_file with compact schemas, short system prompt, {cfg.tasks.max_turns} turns,
   1,024-token context (the demo environment's choice: `DEMO_AGENT`)
 - held-out tasks: another generator seed, every training instance excluded
 
 Config: `{p.out / 'pipeline.yaml'}`.
+"""
+
+
+def _mix(cfg) -> str:
+    rate = cfg.tasks.two_file_rate
+    return (f"; {rate:.0%} of them are two-file tasks (two modules, a bug in each, both named: the "
+            f"hard ones, where reading both files in one turn saves a turn)") if rate else ""
+
+
+def _fmt(v, spec: str) -> str:
+    return "-" if v is None else format(v, spec)
+
+
+def _efficiency_section(s: dict, cfg) -> str:
+    """How the solved held-out episodes spent their turns, by task kind, before and after RL."""
+    e = s["efficiency"]
+    rows = []
+    for kind, label in (("easy", "easy (one file)"), ("hard", "hard (two files)")):
+        for stage in ("sft", "rl"):
+            k = e[stage][kind]
+            if not k["episodes"]:
+                continue
+            rows.append(f"| {label} | {stage.upper()} | {k['solved']}/{k['episodes']} | {_fmt(k['turns_per_solved'], '.2f')} | "
+                        f"{_fmt(k['tokens_per_solved'], '.1f')} | {_fmt(k['effort_per_solved'], '.0f')} | "
+                        f"{_fmt(k['parallel_read_frac'], '.0%') if kind == 'hard' else '-'} | "
+                        f"{_fmt(k['verify_frac'], '.0%')} |")
+    share = s["rl_penalty_share"]
+    r = cfg.rl
+    return f"""## Efficiency (issue 21)
+
+| held-out tasks | after | solved | turns per solved | tokens per solved | effort x per solved | parallel read (two-file, solved) | re-read after the edit (solved) |
+|---|---|---|---|---|---|---|---|
+{chr(10).join(rows)}
+
+Reward: correctness, length penalty lambda {r.length_coef} (k {r.length_k}, q {r.length_q}), KL beta {r.kl_coef},
+tool-error penalty {r.tool_error_coef}, groups without a success zeroed: {r.zero_failed_groups}. The length
+penalty's share of |reward| over RL's rollouts: {_fmt(share['first'], '.1%')} at the first step,
+{_fmt(share['last'], '.1%')} at the last.
+
+![Efficiency](efficiency.png)
 """
 
 

@@ -45,7 +45,10 @@ class ThreadsSeen(Pipeline):
 
 @pytest.mark.slow
 def test_pipeline_runs_every_stage_and_writes_the_report(tmp_path):
-    cfg = load_config(None, [f"run.out_dir={tmp_path / 'demo'}", *MINI, "run.num_threads=1", "run.train_threads=2", "sft.decoy_rate=0.5"])
+    full_reward = ["tasks.two_file_rate=0.5", "tasks.max_turns=7", "sft.parallel_rate=0.5", "sft.verify_rate=0.5",
+                   "rl.length_coef=1e-3", "rl.kl_coef=1e-3", "rl.tool_error_coef=0.02", "rl.zero_failed_groups=true"]
+    cfg = load_config(None, [f"run.out_dir={tmp_path / 'demo'}", *MINI, "run.num_threads=1", "run.train_threads=2",
+                             "sft.decoy_rate=0.5", *full_reward])
     out = io.StringIO()
     p = ThreadsSeen(cfg, Console(file=out, width=120))
     index = p.run()
@@ -70,7 +73,8 @@ def test_pipeline_runs_every_stage_and_writes_the_report(tmp_path):
 
     report = p.paths["report"]
     assert index == report / "index.html" and index.is_file()
-    for f in ("learning_curve.png", "README.md", "summary_demo.json", "eval/index.html", "eval/pareto.png"):
+    for f in ("learning_curve.png", "efficiency.png", "README.md", "summary_demo.json", "eval/index.html",
+              "eval/pareto.png"):
         assert (report / f).is_file(), f
     s = json.loads((report / "summary_demo.json").read_text())
     assert 0 <= s["sft_success"] <= 1 and 0 <= s["rl_success"] <= 1
@@ -85,6 +89,12 @@ def test_pipeline_runs_every_stage_and_writes_the_report(tmp_path):
         o = s["outcomes"][stage]
         assert sum(o.values()) == 3 and o["resolved"] == round(3 * s[f"{stage}_success"])
     assert f"{s['sft_success']:.1%}" in readme and f"{s['rl_success']:.1%}" in readme
+    for stage in ("sft", "rl"):  # the efficiency figures count the same episodes, by task kind
+        e = s["efficiency"][stage]
+        assert e["easy"]["episodes"] + e["hard"]["episodes"] == 3
+        assert e["easy"]["solved"] + e["hard"]["solved"] == s["outcomes"][stage]["resolved"]
+    assert 0 < s["rl_penalty_share"]["first"] < 1  # the length penalty is in RL's reward
+    assert "## Efficiency (issue 21)" in readme and "length penalty lambda 0.001" in readme
     assert str(index) in out.getvalue()
 
     again = io.StringIO()
@@ -127,6 +137,9 @@ def test_config_file_restates_the_defaults_and_bad_values_are_named():
         load_config(None, ["tasks.n_rl=16"])  # RL would need more tasks than exist
     with pytest.raises(ConfigError, match="sft.stepz"):
         load_config(None, ["sft.stepz=3"])
+    with pytest.raises(ConfigError, match="raise tasks.max_turns"):  # the demonstrator's episodes would be cut
+        load_config(None, ["tasks.two_file_rate=0.5", "sft.parallel_rate=0.5", "sft.verify_rate=0.5"])
+    assert load_config(None, ["tasks.two_file_rate=0.5", "sft.verify_rate=0.5", "tasks.max_turns=4"])
 
 
 CONFIGS = Path(__file__).parents[1] / "configs" / "demo"

@@ -111,6 +111,13 @@ class SFTDataConfig(Section):
     wrong edit of the named line, demo_family.Bug.decoy) instead of the gold one: an imperfect
     demonstrator, as SFT data from people or models is (demo_family.demonstrator). The choice is a
     hash of `seed` and the task id. With `grade` and `resolved_only` the decoys would be dropped."""
+    parallel_rate: float = Field(1.0, ge=0, le=1)
+    """Share of the tasks on which the demonstrator batches its calls (the reads in one turn, the
+    edits in one turn); on the rest one call a turn, two more turns on a two-file task
+    (demo_family.demonstrator's habits; the length penalty's turn term can teach them away)."""
+    verify_rate: float = Field(0.0, ge=0, le=1)
+    """Share of the tasks on which the demonstrator reads the edited file again before answering
+    (one needless turn)."""
     agent: str | dict[str, Any] | None = None
     """AgentConfig YAML file or inline fields for collection; null: the demo's (demo_family.DEMO_AGENT)."""
     concurrency: int = Field(2, ge=1)
@@ -125,7 +132,7 @@ class SFTDataConfig(Section):
     @model_validator(mode="after")
     def _collection_needs_a_suite(self) -> "SFTDataConfig":
         # these fields shape the demonstrator's collection, which only a suite starts
-        unused = [k for k in ("generate", "grade", "decoy_rate", "agent", "concurrency")
+        unused = [k for k in ("generate", "grade", "decoy_rate", "parallel_rate", "verify_rate", "agent", "concurrency")
                   if getattr(self, k) != type(self).model_fields[k].default]
         if self.suite is None and unused:
             raise ValueError(f"data.{', data.'.join(unused)}: used only when collecting on data.suite, which is not set")
@@ -355,21 +362,24 @@ def prepare_data(cfg: SFTConfig, tok: Tokenizer, console: Console, backend=None)
             generate_tasks(d.generate.n, d.generate.seed, suite, difficulty=d.generate.difficulty, suite_name="demo-train")
             console.print(f"generated {d.generate.n} demo tasks in {suite}")
         out = Path(cfg.run.out_dir) / "sft_data" / TRAJECTORIES
-        from opencomposer.tasks.demo_family import demonstrator, writes_decoy
+        from opencomposer.tasks.demo_family import demonstrator, habits, writes_decoy
         from opencomposer.tasks.task import Suite
 
         n_tasks = len(Suite.load(suite).tasks)
         collected = read_jsonl(out) if out.is_file() else []
         for traj in collected:  # a resumed collection must keep its teacher
-            if traj.meta.get("decoy", False) != writes_decoy(traj.task_id, d.decoy_rate, cfg.run.seed):
-                raise ConfigError(f"{out} was collected with another data.decoy_rate or seed ({traj.task_id}); "
-                                  f"delete {out.parent} to collect again")
+            teacher = (traj.meta.get("decoy", False), traj.meta.get("parallel", True), traj.meta.get("verify", False))
+            if teacher != (writes_decoy(traj.task_id, d.decoy_rate, cfg.run.seed),
+                           *habits(traj.task_id, d.parallel_rate, d.verify_rate, cfg.run.seed)):
+                raise ConfigError(f"{out} was collected with another data.decoy_rate, parallel_rate, verify_rate or "
+                                  f"seed ({traj.task_id}); delete {out.parent} to collect again")
         t0 = time.perf_counter()
         with Progress(TextColumn("oracle trajectories"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                       console=console, transient=True) as bar:
             job = bar.add_task("collect", total=n_tasks, completed=len(collected))
             trajs = asyncio.run(collect_trajectories(suite, out, agent_config(d.agent),
-                                                     make_policy=demonstrator(d.decoy_rate, cfg.run.seed),
+                                                     make_policy=demonstrator(d.decoy_rate, cfg.run.seed, d.parallel_rate,
+                                                                              d.verify_rate),
                                                      concurrency=d.concurrency,
                                                      grade=d.grade, backend=backend,
                                                      on_done=lambda t: bar.advance(job)))

@@ -18,7 +18,9 @@ bug, not copies: `generate_tasks(..., exclude=train_ids)` also refuses any insta
 broken module text a training task already has (the id carries its hash).
 
 The knob is `difficulty` = distractor functions in the module (0..4): the agent must find
-the named function among them and copy the exact line. A solution is two tool calls,
+the named function among them and copy the exact line. `two_file_rate` mixes in two-file tasks
+(`make_two_file_instance`: two modules of one package, a named bug in each), the hard half of
+issue 21's easy/hard mix, where reading both files in one turn (parallel calls) saves a turn. A solution is two tool calls,
 `read_file` then `edit_file` with the broken line as old_string, which is what
 `ReadEditOracle` does (and, with a share of decoys, `demonstrator`: every bug form has a
 plausible wrong fix, `Bug.decoy`, written to decoy.patch, that an imperfect demonstrator writes
@@ -29,8 +31,9 @@ most of its time attending to).
 Tasks are validated by construction and in process (the gold function passes every test
 case, the broken one fails at least one; both are evaluated in this process, on code this
 module wrote); tests/tasks/test_demo_family.py also grades a sample through the real grader
-in the sandbox (gold resolves, no change fails). Left out: multi-file bugs and bugs that need
-running the tests to find (the smoke family and mined suites have those).
+in the sandbox (gold resolves, no change fails). Left out: bugs that span files (a two-file
+task is two independent one-line bugs) and bugs that need running the tests to find (the smoke
+family and mined suites have those).
 """
 
 from __future__ import annotations
@@ -163,22 +166,48 @@ class _Func:
 
 
 @dataclass
+class Part:
+    """One module of a task: its file, its test file and the test its bug breaks."""
+
+    module_path: str
+    test_path: str
+    tests: dict[str, str]
+    """Test function name -> its source (one per function, in module order)."""
+    broken_test: str
+    kind: str
+
+
+@dataclass
 class Instance:
     """One generated task before it is written: files, tests, instruction."""
 
     id: str
     package: str
-    module_path: str
     gold: dict[str, str]
     broken: dict[str, str]
-    test_path: str
-    tests: dict[str, str]
-    """Test function name -> its source (one per function, in module order)."""
-    broken_test: str
+    parts: list[Part]
+    """One per broken module: one for the one-file tasks, two for the two-file ones."""
     instruction: str
     kind: str
-    decoy: str
-    """The module with the broken line replaced by the bug's decoy fix."""
+    """The bug's kind, or "two_file" (then each part has its own)."""
+    decoy: dict[str, str]
+    """Each broken module with its broken line replaced by the bug's decoy fix."""
+
+    @property
+    def module_path(self) -> str:
+        return self.parts[0].module_path
+
+    @property
+    def test_path(self) -> str:
+        return self.parts[0].test_path
+
+    @property
+    def tests(self) -> dict[str, str]:
+        return self.parts[0].tests
+
+    @property
+    def broken_test(self) -> str:
+        return self.parts[0].broken_test
 
 
 def _draw_function(rng: random.Random, template: Template, used: set[str]) -> _Func:
@@ -205,12 +234,18 @@ def _test_source(f: _Func, cases: list[tuple]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def make_instance(rng: random.Random, difficulty: int) -> Instance:
-    """Draw one task: 1 + difficulty functions in one module, the first drawn one broken."""
-    if not 0 <= difficulty <= MAX_DIFFICULTY:
-        raise TaskError(f"difficulty must be 0..{MAX_DIFFICULTY}, got {difficulty}")
-    pkg, mod = rng.choice(PACKAGES), rng.choice(MODULES)
-    used: set[str] = set()
+@dataclass
+class _Module:
+    part: Part
+    gold: dict[str, str]
+    broken: str
+    decoy: str
+    says: str
+    target: str
+
+
+def _draw_module(rng: random.Random, pkg: str, mod: str, difficulty: int, used: set[str]) -> _Module:
+    """1 + difficulty functions in <pkg>/<mod>.py, the first drawn one broken, and their tests."""
     funcs = [_draw_function(rng, t, used) for t in rng.sample(TEMPLATES, 1 + difficulty)]
     target, bug = funcs[0], rng.choice(funcs[0].template.bugs)
     rng.shuffle(funcs)  # the broken function anywhere in the module
@@ -226,41 +261,70 @@ def make_instance(rng: random.Random, difficulty: int) -> Instance:
 
     tests = {f"test_{f.name}": _test_source(f, cases[f.name]) for f in funcs}
     header = f"from {pkg}.{mod} import {', '.join(f.name for f in funcs)}\n\n\n"
-    gold = {module_path: module(target.template.expr), test_path: header + "\n\n".join(tests.values()),
-            f"{pkg}/__init__.py": "", "pyproject.toml": PYPROJECT.format(name=pkg)}
-    broken = dict(gold, **{module_path: module(bug.expr)})
-    digest = hashlib.sha256(broken[module_path].encode()).hexdigest()[:8]
-    instruction = bug.says.format(f=target.name, path=module_path, c=target.fill["c"])
-    return Instance(f"{pkg}-{target.name.replace('_', '-')}-{bug.kind.replace('_', '-')}-{digest}", pkg,
-                    module_path, gold, broken, test_path, tests, f"test_{target.name}", instruction, bug.kind,
-                    module(bug.decoy))
+    gold = {module_path: module(target.template.expr), test_path: header + "\n\n".join(tests.values())}
+    return _Module(Part(module_path, test_path, tests, f"test_{target.name}", bug.kind), gold, module(bug.expr),
+                   module(bug.decoy), bug.says.format(f=target.name, path=module_path, c=target.fill["c"]),
+                   target.name)
+
+
+def _instance(pkg: str, modules: list[_Module], kind: str, name: str) -> Instance:
+    gold = {"pyproject.toml": PYPROJECT.format(name=pkg), f"{pkg}/__init__.py": ""}
+    for m in modules:
+        gold |= m.gold
+    broken = dict(gold, **{m.part.module_path: m.broken for m in modules})
+    digest = hashlib.sha256("".join(m.broken for m in modules).encode()).hexdigest()[:8]
+    return Instance(f"{pkg}-{name}-{kind.replace('_', '-')}-{digest}", pkg, gold, broken, [m.part for m in modules],
+                    " ".join(m.says for m in modules), kind, {m.part.module_path: m.decoy for m in modules})
+
+
+def make_instance(rng: random.Random, difficulty: int) -> Instance:
+    """Draw one task: 1 + difficulty functions in one module, the first drawn one broken."""
+    if not 0 <= difficulty <= MAX_DIFFICULTY:
+        raise TaskError(f"difficulty must be 0..{MAX_DIFFICULTY}, got {difficulty}")
+    pkg, mod = rng.choice(PACKAGES), rng.choice(MODULES)
+    m = _draw_module(rng, pkg, mod, difficulty, set())
+    return _instance(pkg, [m], m.part.kind, m.target.replace("_", "-"))
+
+
+def make_two_file_instance(rng: random.Random, difficulty: int) -> Instance:
+    """Draw a two-file task: two modules of one package, each with one broken function, both
+    named in the instruction. Both files must be read before both fixes: reading them in one
+    turn (two read_file calls in one reply) saves a turn, which is what the length penalty's
+    turn term pays for (issue 21)."""
+    if not 0 <= difficulty <= MAX_DIFFICULTY:
+        raise TaskError(f"difficulty must be 0..{MAX_DIFFICULTY}, got {difficulty}")
+    pkg = rng.choice(PACKAGES)
+    used: set[str] = set()
+    modules = [_draw_module(rng, pkg, mod, difficulty, used) for mod in rng.sample(MODULES, 2)]
+    return _instance(pkg, modules, "two_file", "-".join(m.target.replace("_", "-") for m in modules))
 
 
 def write_task(inst: Instance, out_dir: Path) -> Path:
-    """The task directory: workspace/ without the broken function's test, hidden_tests/ with all."""
+    """The task directory: workspace/ without the broken functions' tests, hidden_tests/ with all."""
     path = out_dir / inst.id
     if path.exists():
         shutil.rmtree(path)
     visible = dict(inst.broken)
-    others = [src for name, src in inst.tests.items() if name != inst.broken_test]
-    if others:
-        names = [n.removeprefix("test_") for n in inst.tests if n != inst.broken_test]
-        visible[inst.test_path] = (f"from {inst.package}.{Path(inst.module_path).stem} import {', '.join(names)}\n\n\n"
-                                   + "\n\n".join(others))
-    else:
-        del visible[inst.test_path]
-    for sub, files in ((WORKSPACE_DIR, visible), (HIDDEN_DIR, {inst.test_path: inst.gold[inst.test_path]})):
+    for part in inst.parts:
+        others = [src for name, src in part.tests.items() if name != part.broken_test]
+        if others:
+            names = [n.removeprefix("test_") for n in part.tests if n != part.broken_test]
+            visible[part.test_path] = (f"from {inst.package}.{Path(part.module_path).stem} import {', '.join(names)}"
+                                       "\n\n\n" + "\n\n".join(others))
+        else:
+            del visible[part.test_path]
+    hidden = {part.test_path: inst.gold[part.test_path] for part in inst.parts}
+    for sub, files in ((WORKSPACE_DIR, visible), (HIDDEN_DIR, hidden)):
         for rel, text in files.items():
             (path / sub / rel).parent.mkdir(parents=True, exist_ok=True)
             (path / sub / rel).write_text(text)
-    gold_patch = tree_diff({inst.module_path: inst.broken[inst.module_path]},
-                           {inst.module_path: inst.gold[inst.module_path]})
+    broken = {part.module_path: inst.broken[part.module_path] for part in inst.parts}
+    gold_patch = tree_diff(broken, {m: inst.gold[m] for m in broken})
     (path / GOLD_PATCH).write_text(gold_patch)
-    (path / DECOY_PATCH).write_text(tree_diff({inst.module_path: inst.broken[inst.module_path]},
-                                              {inst.module_path: inst.decoy}))
+    (path / DECOY_PATCH).write_text(tree_diff(broken, inst.decoy))
     lines, nfiles = patch_stats(gold_patch)
-    f2p = [f"{inst.test_path}::{inst.broken_test}"]
-    p2p = [f"{inst.test_path}::{n}" for n in inst.tests if n != inst.broken_test]
+    f2p = [f"{part.test_path}::{part.broken_test}" for part in inst.parts]
+    p2p = [f"{part.test_path}::{n}" for part in inst.parts for n in part.tests if n != part.broken_test]
     spec = TaskSpec(
         id=inst.id, instruction=inst.instruction, created=CREATED,
         source=Source(kind="generated", package=inst.package, version=GENERATOR_VERSION, sha256="generated"),
@@ -276,11 +340,15 @@ def instance_hash(task_id: str) -> str:
 
 
 def generate_tasks(n: int, seed: int, out_dir: Path | str, *, difficulty: int = 1, exclude: set[str] = frozenset(),
-                   suite_name: str = "demo") -> list[Path]:
+                   suite_name: str = "demo", two_file_rate: float = 0.0) -> list[Path]:
     """Write n task directories and a suite.toml under out_dir (deterministic for a seed).
 
     `exclude`: task ids (e.g. the training suite's) whose instances must not reappear.
+    `two_file_rate`: the share of two-file tasks (make_two_file_instance), drawn per task; at 0
+    the generator draws exactly what it drew before they existed.
     """
+    if not 0.0 <= two_file_rate <= 1.0:
+        raise TaskError(f"two_file_rate must be in [0, 1], got {two_file_rate}")
     out_dir = Path(out_dir)
     rng = random.Random(f"demo-family/{seed}/{difficulty}")
     seen = {instance_hash(t) for t in exclude}
@@ -290,18 +358,26 @@ def generate_tasks(n: int, seed: int, out_dir: Path | str, *, difficulty: int = 
         attempts += 1
         if attempts > 20 * n + 100:
             raise TaskError(f"demo family: only {len(made)} distinct tasks after {attempts} draws (n={n})")
-        inst = make_instance(rng, difficulty)
+        two_files = bool(two_file_rate) and rng.random() < two_file_rate
+        inst = make_two_file_instance(rng, difficulty) if two_files else make_instance(rng, difficulty)
         if instance_hash(inst.id) in seen:
             continue
         seen.add(instance_hash(inst.id))
         made.append(write_task(inst, out_dir))
+    mix = f", {two_file_rate:.0%} of them two-file tasks" if two_file_rate else ""
     Suite(out_dir, SuiteSpec(
         name=suite_name, version=GENERATOR_VERSION,
         description=(f"{n} generated demo tasks (opencomposer.tasks.demo_family, seed {seed}, difficulty "
-                     f"{difficulty}): one-module projects with one templated bug in a one-line function."),
+                     f"{difficulty}{mix}): one-module projects with one templated bug in a one-line function."),
         tasks=sorted(p.name for p in made),
-        miner={"generator": "demo_family", "seed": seed, "difficulty": difficulty, "n": n}), []).save()
+        miner={"generator": "demo_family", "seed": seed, "difficulty": difficulty, "n": n,
+               **({"two_file_rate": two_file_rate} if two_file_rate else {})}), []).save()
     return made
+
+
+def two_file(task: Task) -> bool:
+    """Whether a demo task is a two-file one (its gold patch changes two files)."""
+    return task.spec.stats.gold_files_changed > 1
 
 
 # ----------------------------------------------------------------------------- the oracle
@@ -353,16 +429,21 @@ class ReadEditOracle:
     """The demo's SFT teacher (any generated task): read every file the gold patch modifies,
     then one minimal `edit_file` per hunk, then a short answer. Scores 100% like
     OraclePolicy, with the trajectory a person would write: look, then change one line.
-    `decoy`: write the task's decoy patch (DECOY_PATCH: a plausible wrong fix) instead."""
+    `decoy`: write the task's decoy patch (DECOY_PATCH: a plausible wrong fix) instead.
+    `parallel`: the reads in one turn and the edits in one turn (several calls in one reply);
+    False: one call a turn (two-file tasks take two more turns; one-file tasks are the same).
+    `verify`: read the last edited file again before answering, one more turn that a
+    successful edit_file already made needless (the habit the length penalty can remove)."""
 
     name = "oracle:read-edit"
 
-    def __init__(self, task: Task, final: str = "Done.", decoy: bool = False):
+    def __init__(self, task: Task, final: str = "Done.", decoy: bool = False, parallel: bool = True,
+                 verify: bool = False):
         if task.spec.source.kind != "generated":
             raise TaskError(f"{task.id}: ReadEditOracle needs a generated task (a workspace/ to read)")
         if decoy and not (task.path / DECOY_PATCH).is_file():
             raise TaskError(f"{task.id}: no {DECOY_PATCH} (a demo-family task written before decoys; regenerate it)")
-        self.decoy = decoy
+        self.decoy, self.parallel, self.verify = decoy, parallel, verify
         files = parse_patch((task.path / DECOY_PATCH).read_text() if decoy else task.gold_patch)
         if any(fp.kind != "modify" for fp in files):
             raise TaskError(f"{task.id}: ReadEditOracle handles gold patches that only modify files")
@@ -371,34 +452,60 @@ class ReadEditOracle:
             reads.append(_call(len(reads), "read_file", path=fp.path))
             text = (task.workspace_dir / fp.path).read_text()
             edits += [(fp.path, old, new) for old, new in minimal_edits(fp.path, text, fp.hunks)]
-        self.plan = [
-            {"role": "assistant", "content": "", "tool_calls": reads},
-            {"role": "assistant", "content": "", "tool_calls": [
-                _call(len(reads) + k, "edit_file", path=p, old_string=o, new_string=n) for k, (p, o, n) in enumerate(edits)]},
-            {"role": "assistant", "content": final}]
+        edits = [_call(len(reads) + k, "edit_file", path=p, old_string=o, new_string=n)
+                 for k, (p, o, n) in enumerate(edits)]
+        turns = [reads, edits] if parallel else [[c] for c in reads + edits]
+        if verify:
+            turns.append([_call(len(reads) + len(edits), "read_file", path=files[-1].path)])
+        self.plan = [{"role": "assistant", "content": "", "tool_calls": calls} for calls in turns]
+        self.plan.append({"role": "assistant", "content": final})
 
     async def chat(self, messages: list[dict], tools: list[dict]) -> ChatReply:
         done = sum(m["role"] == "assistant" for m in messages)
         return ChatReply(self.plan[min(done, len(self.plan) - 1)])
 
 
+def _hashed_share(what: str, task_id: str, rate: float, seed: int) -> bool:
+    u = int(hashlib.sha256(f"{what}/{seed}/{task_id}".encode()).hexdigest()[:12], 16) / 16 ** 12
+    return u < rate
+
+
 def writes_decoy(task_id: str, decoy_rate: float, seed: int = 0) -> bool:
     """Whether the imperfect demonstrator writes the decoy fix on this task: a hash of the seed
     and the id against the rate, so the choice is the same on every rerun and independent of
     the task's kind."""
-    u = int(hashlib.sha256(f"demonstrator/{seed}/{task_id}".encode()).hexdigest()[:12], 16) / 16 ** 12
-    return u < decoy_rate
+    return _hashed_share("demonstrator", task_id, decoy_rate, seed)
 
 
-def demonstrator(decoy_rate: float = 0.0, seed: int = 0) -> Callable[[Task], ReadEditOracle]:
+def habits(task_id: str, parallel_rate: float = 1.0, verify_rate: float = 0.0, seed: int = 0) -> tuple[bool, bool]:
+    """(parallel, verify) of the demonstrator on this task: hashes of the seed and the id, each
+    with its own salt, so they are independent of each other and of the decoy choice."""
+    return (_hashed_share("parallel", task_id, parallel_rate, seed),
+            _hashed_share("verify", task_id, verify_rate, seed))
+
+
+def demonstrator(decoy_rate: float = 0.0, seed: int = 0, parallel_rate: float = 1.0,
+                 verify_rate: float = 0.0) -> Callable[[Task], ReadEditOracle]:
     """The SFT teacher as a policy factory: ReadEditOracle, writing the decoy fix instead of the
     gold one on a `decoy_rate` share of the tasks (its trajectories look the same: read, one edit
     of the named line, "Done."). A demonstrator that is right on only part of its demonstrations
     is what SFT data from people or other models is; RL's grader is what can tell the two fixes
-    apart (docs/demo-design.md, session 7)."""
-    if not 0.0 <= decoy_rate <= 1.0:
-        raise TaskError(f"decoy_rate must be in [0, 1], got {decoy_rate}")
-    return lambda task: ReadEditOracle(task, decoy=writes_decoy(task.id, decoy_rate, seed))
+    apart (docs/demo-design.md, session 7).
+
+    Its habits (issue 21): on a `parallel_rate` share of the tasks it batches its calls (reads in
+    one turn, edits in one turn), on the rest one call a turn; on a `verify_rate` share it reads
+    the edited file again before answering. Both cost turns and change nothing the grader sees:
+    what only the length penalty can teach away. The defaults (1.0, 0.0) are the teacher as it
+    was before them."""
+    for name, rate in (("decoy_rate", decoy_rate), ("parallel_rate", parallel_rate), ("verify_rate", verify_rate)):
+        if not 0.0 <= rate <= 1.0:
+            raise TaskError(f"{name} must be in [0, 1], got {rate}")
+
+    def make(task: Task) -> ReadEditOracle:
+        parallel, verify = habits(task.id, parallel_rate, verify_rate, seed)
+        return ReadEditOracle(task, decoy=writes_decoy(task.id, decoy_rate, seed), parallel=parallel, verify=verify)
+
+    return make
 
 
 def main() -> None:
@@ -409,9 +516,11 @@ def main() -> None:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--exclude-suite", type=Path, help="A suite whose instances must not reappear (held-out split).")
     ap.add_argument("--name", default="demo")
+    ap.add_argument("--two-file-rate", type=float, default=0.0, help="Share of two-file tasks (0..1).")
     args = ap.parse_args()
     exclude = {p.name for p in args.exclude_suite.iterdir()} if args.exclude_suite else set()
-    paths = generate_tasks(args.n, args.seed, args.out, difficulty=args.difficulty, exclude=exclude, suite_name=args.name)
+    paths = generate_tasks(args.n, args.seed, args.out, difficulty=args.difficulty, exclude=exclude, suite_name=args.name,
+                           two_file_rate=args.two_file_rate)
     print(f"{len(paths)} tasks in {args.out}")
 
 

@@ -213,3 +213,25 @@ def test_an_imperfect_demonstrator_writes_its_decoys_and_a_resume_keeps_it(tmp_p
     with pytest.raises(ConfigError, match="decoy_rate"):
         train_sft(load_config(config(tmp_path, base_model, tmp_path / "unused", steps=1,
                                      data={**data, "decoy_rate": 0.0})), resume=True)
+
+
+def test_the_demonstrators_habits_shape_its_episodes_and_a_resume_keeps_them(tmp_path, base_model, backend):
+    from opencomposer.pipeline import demo_agent
+    from opencomposer.tasks.demo_family import habits, two_file
+
+    suite = tmp_path / "suite"
+    generate_tasks(6, 5, suite, difficulty=0, two_file_rate=0.5)
+    data = {"suite": str(suite), "parallel_rate": 0.5, "verify_rate": 0.5, "val_examples": 0,
+            "agent": demo_agent(max_turns=7).model_dump(mode="json"), "cache_dir": str(tmp_path / "cache")}
+    train_sft(load_config(config(tmp_path, base_model, tmp_path / "unused", steps=1, data=data)))
+    trajs = read_jsonl(tmp_path / "run" / "sft_data" / "trajectories.jsonl")
+    assert len(trajs) == 6 and any(two_file(Task.load(suite / t.task_id)) for t in trajs)
+    for t in trajs:
+        parallel, verify = habits(t.task_id, 0.5, 0.5)
+        files = 1 + two_file(Task.load(suite / t.task_id))
+        assert (t.meta["parallel"], t.meta["verify"]) == (parallel, verify)
+        assert t.stop_reason == "final" and t.counts.turns == (2 if parallel else 2 * files) + verify + 1
+        assert grade(Task.load(suite / t.task_id), t.patch, backend=backend).resolved
+    with pytest.raises(ConfigError, match="verify_rate"):
+        train_sft(load_config(config(tmp_path, base_model, tmp_path / "unused", steps=1,
+                                     data={**data, "verify_rate": 0.0})), resume=True)

@@ -4,6 +4,7 @@ grader validates (gold resolves, no change fails), and the read-then-edit oracle
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import random
 import re
 from pathlib import Path
@@ -13,8 +14,9 @@ import pytest
 from opencomposer.errors import TaskError
 from opencomposer.harness.agent import Agent
 from opencomposer.tasks.build import task_image
-from opencomposer.tasks.demo_family import (DECOY_PATCH, DEMO_AGENT, TEMPLATES, ReadEditOracle, demonstrator,
-                                            generate_tasks, instance_hash, make_instance, minimal_edits, writes_decoy)
+from opencomposer.tasks.demo_family import (DECOY_PATCH, DEMO_AGENT, TEMPLATES, ReadEditOracle, demonstrator, habits,
+                                            generate_tasks, instance_hash, make_instance, make_two_file_instance,
+                                            minimal_edits, two_file, writes_decoy)
 from opencomposer.tasks.grade import grade
 from opencomposer.tasks.policies import parse_patch
 from opencomposer.tasks.task import Suite, Task, tree_diff
@@ -107,7 +109,7 @@ def test_every_bug_form_has_a_decoy_that_edits_the_broken_line_differently(tmp_p
     for _ in range(400):  # make_instance refuses a decoy the test cases cannot tell from the fix
         inst = make_instance(rng, 1)
         broken, gold, decoy = (m.splitlines() for m in (inst.broken[inst.module_path], inst.gold[inst.module_path],
-                                                        inst.decoy))
+                                                        inst.decoy[inst.module_path]))
         changed = [i for i, (a, b) in enumerate(zip(broken, gold)) if a != b]
         assert [i for i, (a, b) in enumerate(zip(broken, decoy)) if a != b] == changed
         assert decoy[changed[0]] != gold[changed[0]]
@@ -151,3 +153,105 @@ def test_the_demonstrator_writes_decoys_at_its_rate_deterministically(tmp_path):
     (path / DECOY_PATCH).unlink()
     with pytest.raises(TaskError, match="regenerate"):
         ReadEditOracle(task, decoy=True)
+
+
+# ----------------------------------------------------------------------------- issue 21: the easy/hard mix
+
+
+def test_without_two_file_tasks_the_generator_draws_what_it_drew_before(tmp_path):
+    # the tree's hash as the generator wrote it before two-file tasks existed (same seed and
+    # difficulty): make demo's default tasks, and so its seeded runs, are unchanged
+    generate_tasks(24, 9, tmp_path, difficulty=1)
+    digest = hashlib.sha256()
+    for p in sorted(tmp_path.rglob("*")):
+        if p.is_file():
+            digest.update(p.relative_to(tmp_path).as_posix().encode() + b"\0" + p.read_bytes() + b"\0")
+    assert digest.hexdigest() == "640bc220f05953261bee5669f673dd378a5e7b78fc5ad703d29c206093a77b56"
+
+
+def test_two_file_tasks_have_a_named_bug_in_each_of_two_modules(tmp_path):
+    rng = random.Random(4)
+    for _ in range(30):
+        inst = make_two_file_instance(rng, 1)
+        assert inst.kind == "two_file" and len(inst.parts) == 2
+        paths = [part.module_path for part in inst.parts]
+        assert len(set(paths)) == 2 and all(p.startswith(inst.package + "/") for p in paths)
+        assert all(f"`{part.broken_test.removeprefix('test_')}` in {part.module_path}" in inst.instruction
+                   for part in inst.parts)
+        for m in paths:  # one broken line per module, and the decoy edits that line otherwise
+            broken, gold, decoy = (x.splitlines() for x in (inst.broken[m], inst.gold[m], inst.decoy[m]))
+            changed = [i for i, (a, b) in enumerate(zip(broken, gold)) if a != b]
+            assert len(changed) == 1
+            assert [i for i, (a, b) in enumerate(zip(broken, decoy)) if a != b] == changed
+    paths = generate_tasks(40, 2, tmp_path / "mix", difficulty=0, two_file_rate=0.5)
+    kinds = [two_file(Task.load(p)) for p in paths]
+    assert 10 < sum(kinds) < 30
+    with pytest.raises(TaskError, match="two_file_rate"):
+        generate_tasks(1, 0, tmp_path / "bad", two_file_rate=1.5)
+
+
+def _run(task: Task, policy, backend, max_turns: int):
+    ws = task_image(task, backend).workspace()
+    try:
+        agent = DEMO_AGENT.model_copy(update={"max_turns": max_turns})
+        traj = asyncio.run(Agent(policy, ws, agent, task_id=task.id).run(task.spec.instruction))
+        return traj, ws.diff((".venv", "__pycache__", ".pytest_cache"))
+    finally:
+        ws.close()
+
+
+def test_two_file_tasks_and_the_demonstrators_habits_through_the_agent_loop_and_the_grader(tmp_path, backend):
+    from opencomposer.eval.results import TRAJECTORIES
+    from opencomposer.harness.trajectory import write_jsonl
+    from opencomposer.pipeline_report import efficiency
+
+    paths = generate_tasks(12, 5, tmp_path / "s", difficulty=0, two_file_rate=0.5)
+    hard = next(Task.load(p) for p in paths if two_file(Task.load(p)))
+    easy = next(Task.load(p) for p in paths if not two_file(Task.load(p)))
+    assert not grade(hard, "", backend=backend).resolved
+    decoy = grade(hard, (hard.path / DECOY_PATCH).read_text(), backend=backend)
+    assert not decoy.resolved and decoy.f2p_passed == 0 and decoy.f2p_total == 2
+    trajs = []
+    for task, parallel, verify, turns, calls in (
+            (hard, True, False, 3, [["read_file"] * 2, ["edit_file"] * 2]),
+            (hard, False, True, 6, [["read_file"], ["read_file"], ["edit_file"], ["edit_file"], ["read_file"]]),
+            (easy, False, True, 4, [["read_file"], ["edit_file"], ["read_file"]])):
+        traj, patch = _run(task, ReadEditOracle(task, parallel=parallel, verify=verify), backend, 7)
+        assert traj.stop_reason == "final" and traj.counts.turns == turns and all(r.ok for r in traj.tool_calls)
+        by_turn: dict[int, list[str]] = {}
+        for r in traj.tool_calls:
+            by_turn.setdefault(r.turn, []).append(r.name)
+        assert [by_turn[t] for t in sorted(by_turn)] == calls
+        result = grade(task, patch, backend=backend)
+        assert result.resolved
+        traj.reward = 1.0
+        trajs.append(traj)
+    out = tmp_path / "eval"
+    out.mkdir()
+    write_jsonl(trajs, out / TRAJECTORIES)
+    e = efficiency(out, tmp_path / "s")  # the report's figures on these real episodes
+    assert e["hard"]["solved"] == 2 and e["hard"]["turns_per_solved"] == 4.5
+    assert e["hard"]["parallel_read_frac"] == 0.5 and e["hard"]["verify_frac"] == 0.5
+    assert e["easy"]["solved"] == 1 and e["easy"]["turns_per_solved"] == 4 and e["easy"]["verify_frac"] == 1.0
+    assert e["easy"]["effort_per_solved"] < e["hard"]["effort_per_solved"]
+
+
+def test_the_demonstrators_habits_are_hashed_per_task_at_their_rates(tmp_path):
+    ids = [f"task-{i}" for i in range(4000)]
+    par = [habits(i, 0.1, 0.6)[0] for i in ids]
+    ver = [habits(i, 0.1, 0.6)[1] for i in ids]
+    assert 0.08 < sum(par) / len(ids) < 0.12 and 0.57 < sum(ver) / len(ids) < 0.63
+    assert [habits(i, 0.1, 0.6) for i in ids] == [habits(i, 0.1, 0.6) for i in ids]
+    assert [habits(i, 0.1, 0.6, seed=1) for i in ids] != [habits(i, 0.1, 0.6) for i in ids]
+    # independent of each other and of the decoy choice
+    both = sum(p and v for p, v in zip(par, ver)) / len(ids)
+    assert abs(both - 0.06) < 0.015
+    dec = [writes_decoy(i, 0.5) for i in ids]
+    assert abs(sum(d and v for d, v in zip(dec, ver)) / len(ids) - 0.3) < 0.03
+    assert all(habits(i) == (True, False) for i in ids[:50])  # the defaults: the teacher as before
+    (path,) = [p for p in generate_tasks(6, 5, tmp_path, difficulty=0, two_file_rate=0.5) if two_file(Task.load(p))][:1]
+    task = Task.load(path)
+    assert len(demonstrator(parallel_rate=0.0, verify_rate=1.0)(task).plan) == 6  # 5 one-call turns + the answer
+    assert len(demonstrator()(task).plan) == 3
+    with pytest.raises(TaskError, match="verify_rate"):
+        demonstrator(verify_rate=-0.1)
