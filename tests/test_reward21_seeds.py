@@ -1,0 +1,37 @@
+"""benchmarks/reward21_seeds.py at a miniature size: one SFT checkpoint per seed, two RL arms from
+copies of it (correctness-only and the full reward), and the comparison the issue asks for."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.test_pipeline import MINI
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.slow
+def test_both_arms_start_from_the_same_sft_checkpoint_and_are_compared(tmp_path):
+    sets = [x for o in [*MINI, "run.train_threads=1"] for x in ("--set", o)]
+    out = subprocess.run([sys.executable, "benchmarks/reward21_seeds.py", "--seeds", "3", "--out", str(tmp_path),
+                          "--jobs", "2", *sets, "--json"], cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, out.stderr[-3000:]
+    result = json.loads(out.stdout)
+    (run,) = result["runs"]
+    a, f = run["correctness"], run["full"]
+    assert a["sft_success"] == f["sft_success"]  # one SFT checkpoint, evaluated once
+    base = tmp_path / "seed3" / "base" / "sft" / "model" / "model-00001-of-00001.safetensors"
+    for arm in ("correctness", "full"):
+        assert (tmp_path / "seed3" / arm / "sft" / "model" / "model-00001-of-00001.safetensors").read_bytes() == base.read_bytes()
+        assert (tmp_path / "seed3" / arm / "report" / "efficiency.png").is_file()
+    cfg = {arm: (tmp_path / "seed3" / arm / "pipeline.yaml").read_text() for arm in ("correctness", "full")}
+    assert "length_coef: 0.0" in cfg["correctness"] and "length_coef: 0.001" in cfg["full"]
+    assert "zero_failed_groups: true" in cfg["full"] and "two_file_rate: 0.5" in cfg["correctness"]
+    assert a["penalty_share"]["first"] == 0 and f["penalty_share"]["first"] > 0
+    c = run["compare"]
+    assert c["full_minus_correctness_points"] == pytest.approx(100 * (f["rl_success"] - a["rl_success"]))
+    assert set(result["summary"]) >= {"full_lift_points", "turns_reduction", "parallel_read_full",
+                                      "effort_saved_share_easy"}
