@@ -35,3 +35,13 @@ def test_both_arms_start_from_the_same_sft_checkpoint_and_are_compared(tmp_path)
     assert c["full_minus_correctness_points"] == pytest.approx(100 * (f["rl_success"] - a["rl_success"]))
     assert set(result["summary"]) >= {"full_lift_points", "turns_reduction", "parallel_read_full",
                                       "effort_saved_share_easy"}
+
+
+def test_the_full_reward_config_file_is_the_benchmarks_full_arm():
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from reward21_seeds import FULL, MIX
+
+    from opencomposer.pipeline import load_config
+
+    path = ROOT / "configs" / "demo" / "pipeline_full_reward.yaml"
+    assert load_config(path) == load_config(None, [*MIX, *FULL, "run.out_dir=runs/demo-full-reward"])
