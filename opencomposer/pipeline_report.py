@@ -121,6 +121,14 @@ def episode_shape(t) -> dict:
                                                      for r in t.tool_calls)}
 
 
+def two_file_ids(suite: Path) -> set[str]:
+    """Ids of the suite's two-file (hard) tasks, demo_family.two_file."""
+    from opencomposer.tasks.demo_family import two_file
+    from opencomposer.tasks.task import Suite
+
+    return {t.id for t in Suite.load(suite).tasks if two_file(t)}
+
+
 def _mean(xs: list[float]) -> float | None:
     return sum(xs) / len(xs) if xs else None
 
@@ -130,10 +138,8 @@ def efficiency(eval_dir: Path, suite: Path) -> dict[str, dict]:
     success, and over the solved ones mean turns, tokens and effort, the share with a parallel
     read (two-file tasks) and the share that read a file again after editing (issue 21)."""
     from opencomposer.harness.trajectory import read_jsonl
-    from opencomposer.tasks.demo_family import two_file
-    from opencomposer.tasks.task import Suite
 
-    hard = {t.id for t in Suite.load(suite).tasks if two_file(t)}
+    hard = two_file_ids(suite)
     by: dict[str, list[tuple[bool, dict]]] = {"easy": [], "hard": []}
     for t in read_jsonl(eval_dir / "trajectories.jsonl"):
         by["hard" if t.task_id in hard else "easy"].append((bool(t.reward and t.reward > 0), episode_shape(t)))
@@ -155,17 +161,15 @@ def rl_efficiency(rl_dir: Path, suite: Path) -> dict[str, list[float]]:
     the reward (mean |length term| over the mean of every term's |value|), mean turns, and the
     share of two-file rollouts with a parallel read."""
     from opencomposer.harness.trajectory import read_jsonl
-    from opencomposer.tasks.demo_family import two_file
-    from opencomposer.tasks.task import Suite
 
+    out: dict[str, list[float]] = {"step": [], "penalty_share": [], "turns": [], "parallel_read_frac": []}
     path = rl_dir / "trajectories.jsonl"
     if not path.is_file():
-        return {"step": [], "penalty_share": [], "turns": [], "parallel_read_frac": []}
-    hard = {t.id for t in Suite.load(suite).tasks if two_file(t)}
+        return out
+    hard = two_file_ids(suite)
     steps: dict[int, list] = {}
     for t in read_jsonl(path):
         steps.setdefault(int(t.meta.get("step", 0)), []).append(t)
-    out: dict[str, list[float]] = {"step": [], "penalty_share": [], "turns": [], "parallel_read_frac": []}
     for step in sorted(steps):
         ts = steps[step]
         rw = [t.meta.get("reward") or {} for t in ts]
