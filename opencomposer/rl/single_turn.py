@@ -269,6 +269,11 @@ def run_single_turn(cfg: RLConfig, *, resume: bool = False, prompts: Sequence[Pr
             groups += generate_groups(engine, tokenizer, [by_id[i] for i in ids], fns, cfg, step)
             lost = set(ids) - {g.task_id for g in groups}
             cursor.release(lost)  # every completion aborted: try the prompt again later
+            # Nothing is decoding until the next step's first request restarts it: stop the scheduler
+            # thread so that its OpenMP team goes too. With a second team alive libgomp counts more
+            # threads than cores and cuts every team's spin-wait short, and the train step's many small
+            # parallel regions each pay a futex wake-up: measured on 2 cores, 20-40% slower steps.
+            engine.stop()
             t_gen = time.perf_counter() - t0
             if not groups:
                 raise InferenceError(f"the engine finished no completion for prompts {ids[:5]}: every request "

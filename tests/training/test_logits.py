@@ -48,3 +48,38 @@ def test_chunked_backward_never_holds_all_logits():
     lp.sum().backward()
     assert max(seen) < 200 * 5000 / 4  # nothing of the size of the full [U, V] logits is saved
     assert hidden.grad is not None and head.weight.grad is not None
+
+
+def reference(logits, inv, target):
+    """What head_logprobs computed before target_logprobs: torch's logsumexp, indexing and softmax."""
+    lse = torch.logsumexp(logits, -1)
+    with torch.no_grad():
+        ent = lse - (torch.softmax(logits, -1) * logits).sum(-1)
+    return logits[inv, target] - lse[inv], ent
+
+
+def test_target_logprobs_are_torchs_bit_for_bit_even_where_exp_underflows():
+    from opencomposer.training.logits import EXP_FLOOR, target_logprobs
+
+    g = torch.Generator().manual_seed(1)
+    U, V, M = 64, 4096, 300
+    inv = torch.cat([torch.randint(0, U, (M - 40,), generator=g), torch.full((40,), 3)])  # one shared position
+    target = torch.cat([torch.randint(0, V, (M - 40,), generator=g), torch.randint(0, 4, (40,), generator=g)])
+    weights = torch.randn(M, generator=g)
+    for scale in (1.0, 30.0):  # 30: most of each row lies more than 87 below its top (exp underflows)
+        logits = torch.randn(U, V, generator=g) * scale
+        if scale > 1:
+            assert ((logits - logits.amax(-1, keepdim=True)) < EXP_FLOOR).float().mean() > 0.5
+        a, b = logits.clone().requires_grad_(), logits.clone().requires_grad_()
+        want, ent_want = reference(a, inv, target)
+        got, ent = target_logprobs(b, inv, target, entropy=True)
+        assert torch.equal(got, want)  # the values: bit for bit
+        torch.testing.assert_close(ent, ent_want, atol=1e-4, rtol=1e-6)
+        (want * weights).sum().backward()
+        (got * weights).sum().backward()
+        # the gradient: torch's bit for bit, but where the probability is below exp(EXP_FLOOR),
+        # which moves by less than 1.7e-38 times the row's weight
+        clamped = (logits - torch.logsumexp(logits, -1, keepdim=True)) < EXP_FLOOR
+        assert torch.equal(b.grad[~clamped], a.grad[~clamped])
+        assert (b.grad - a.grad).abs().max() <= 1.7e-38 * weights.abs().sum()
+        assert got.requires_grad and not ent.requires_grad
