@@ -161,7 +161,7 @@ class Engine:
         self.vocab_size = cfg.vocab_size
         # k positions of headroom: a verify forward near the end of the context writes drafts there.
         self.cache = KVCache(cfg, max_slots, max_len + speculative_depth, dtype=self.dtype, device=device)
-        self.prepacked = prepack_weights and device.type == "cpu" and kernels.available()
+        self.prepacked = prepack_weights and device.type == "cpu" and kernels.packs(self.dtype)
         if native_kernels:
             self._fwd = forward.make_forward(self.model, self.cache, packed=self.prepacked)
         else:

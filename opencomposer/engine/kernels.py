@@ -47,6 +47,15 @@ def available() -> bool:
         return False
 
 
+def packs(dtype: torch.dtype) -> bool:
+    """Whether weights of `dtype` can be packed here: float32 wherever `available()`; bfloat16 only
+    on CPUs with oneDNN's bf16 support (avx512bw/vl/dq or avx_ne_convert; without it the reorder
+    raises, so such an engine runs its bfloat16 weights unpacked)."""
+    if not available():
+        return False
+    return dtype != torch.bfloat16 or bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+
+
 def pack(w: torch.Tensor) -> torch.Tensor:
     """w [out, in] reordered into oneDNN's blocked layout, for `linear`."""
     return torch.ops.mkldnn._reorder_linear_weight(w.detach(), None)
