@@ -11,7 +11,9 @@ optimiser step per batch, AdamW at lr 1e-6, for `--steps` steps, all on the CPU.
 
 TRL (`trl.GRPOTrainer`) gets the same weights through transformers' `Qwen3MoeForCausalLM` (our
 `save_pretrained` writes its format) and our tokenizer as a `PreTrainedTokenizerFast`, and
-generates with its own `model.generate`. opencomposer runs its single-turn mode: the embedded
+generates with its own `model.generate`. Each side runs in a fresh Python process of its own, one
+after the other (opencomposer first): neither inherits the other's warm-up, allocator settings or
+thread pools. opencomposer runs its single-turn mode: the embedded
 engine (continuous batching, KV cache, logprobs and routed experts per token), the trainer with
 router replay, and the in-place delta weight sync.
 
@@ -37,6 +39,7 @@ import contextlib
 import json
 import logging
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -179,26 +182,48 @@ def stdout_to_stderr():
         os.close(saved)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
-    parser.add_argument("--steps", type=int, default=4)
-    parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
-    args = parser.parse_args()
-    if args.threads:
-        torch.set_num_threads(args.threads)
+def run_side(side: str, steps: int, threads: int | None) -> dict:
+    """One side of the job in a fresh Python process (same interpreter, same flags): neither side
+    inherits the other's warm caches, allocator state (training/allocator.py is process-wide) or
+    thread pools, and the order they run in does not matter."""
+    cmd = [sys.executable, __file__, "--side", side, "--steps", str(steps)] + (["--threads", str(threads)] if threads else [])
+    done = subprocess.run(cmd, stdout=subprocess.PIPE, text=True)
+    if done.returncode:
+        sys.exit(f"vs_trl.py: the {side} side failed (exit {done.returncode}); its output is above")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def side_main(side: str, steps: int) -> None:
+    """The child of run_side: one side's figures as one JSON line on stdout."""
     warnings.filterwarnings("ignore")
     logging.disable(logging.WARNING)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()
-    # TRL prints its per-step logs on stdout; keep stdout for this script's figures (and --json)
+    # TRL prints its per-step logs on stdout; keep stdout for the figures
     with tempfile.TemporaryDirectory() as tmp, stdout_to_stderr():
-        tmp = Path(tmp)
-        oc = run_opencomposer(tmp, args.steps)
-        trl = run_trl(tmp, args.steps)
-        oc.update(train_limit(oc))
+        if side == "opencomposer":
+            result = run_opencomposer(Path(tmp), steps)
+            result.update(train_limit(result))
+        else:
+            result = run_trl(Path(tmp), steps)
+    print(json.dumps(result))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--steps", type=int, default=4)
+    parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
+    parser.add_argument("--side", choices=("opencomposer", "trl"), help=argparse.SUPPRESS)  # run_side's child
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    if args.side:
+        return side_main(args.side, args.steps)
+    oc = run_side("opencomposer", args.steps, args.threads)
+    trl = run_side("trl", args.steps, args.threads)
     import trl as trl_pkg
 
     n_params = sum(p.numel() for p in Transformer(ModelConfig.from_dict(model_config())).parameters())

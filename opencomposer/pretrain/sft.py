@@ -74,6 +74,7 @@ from opencomposer.pretrain import checkpoint as ckpt
 from opencomposer.pretrain.config import MTPConfig, PhaseConfig, PretrainOptimConfig
 from opencomposer.pretrain.train import lr_at, make_optimizer, open_run_dir, set_lr, use_deterministic_algorithms
 from opencomposer.tasks.demonstrations import agent_config, collect_trajectories
+from opencomposer.training.allocator import keep_freed_memory
 from opencomposer.training.metrics import MetricsWriter
 from opencomposer.training.logits import CHUNK_ELEMENTS, head_logprobs
 from opencomposer.training.packing import forward_packed, pack
@@ -471,6 +472,7 @@ def _set_up(cfg: SFTConfig, resume: bool, console: Console, backend) -> _Run:
     newest checkpoint when there is one)."""
     if cfg.run.num_threads:
         torch.set_num_threads(cfg.run.num_threads)
+    keep_freed_memory()
     device = resolve_device(cfg.run.device, "run.device")
     if cfg.deterministic:
         use_deterministic_algorithms()

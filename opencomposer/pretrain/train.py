@@ -59,6 +59,7 @@ from opencomposer.model.tokenizer import Tokenizer, load_tokenizer
 from opencomposer.pretrain import checkpoint as ckpt
 from opencomposer.pretrain.config import MTPConfig, PhaseConfig, PretrainConfig
 from opencomposer.pretrain.data import Batches, PackedSequences, TokenCorpus, eval_sequences
+from opencomposer.training.allocator import keep_freed_memory
 from opencomposer.training.metrics import MetricsWriter
 from opencomposer.training.schedule import warmup_cosine_lr
 
@@ -298,6 +299,7 @@ def _set_up(cfg: PretrainConfig, resume: bool, d: DistInfo) -> _Run:
     newest checkpoint when there is one)."""
     local_world = int(os.environ.get("LOCAL_WORLD_SIZE", str(d.world)))
     torch.set_num_threads(cfg.run.num_threads or max(1, torch.get_num_threads() // local_world))
+    keep_freed_memory()
     if cfg.deterministic:
         use_deterministic_algorithms()
     run_dir = Path(cfg.run.out_dir)

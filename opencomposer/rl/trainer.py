@@ -57,6 +57,7 @@ from opencomposer.rl.advantages import AdvantageConfig, compute_advantages, dege
 from opencomposer.rl.buffer import Group, Sample
 from opencomposer.rl.losses import PolicyLossConfig, kl_in_reward, policy_loss
 from opencomposer.rl.rewards import RewardConfig
+from opencomposer.training.allocator import keep_freed_memory
 from opencomposer.training.logits import head_logprobs
 from opencomposer.training.packing import Packed, forward_packed, pack
 from opencomposer.training.schedule import warmup_cosine_lr
@@ -235,6 +236,7 @@ class Trainer:
                  loss: PolicyLossConfig = PolicyLossConfig(), advantage: AdvantageConfig = AdvantageConfig(),
                  reward: RewardConfig = RewardConfig(), *, ref_model: Transformer | None = None,
                  temperature: float = 1.0, version: int = 0):
+        keep_freed_memory()  # no mmap and page faults per large tensor, every step (training/allocator.py)
         self.model = model.train()
         self.device = next(model.parameters()).device
         self.train_cfg, self.loss_cfg, self.adv_cfg, self.reward_cfg = train, loss, advantage, reward
