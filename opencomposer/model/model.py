@@ -154,9 +154,7 @@ class Attention(nn.Module):
 
     def forward(self, x_BTD: torch.Tensor, cos_BTC: torch.Tensor, sin_BTC: torch.Tensor,
                 kv_cache: tuple[torch.Tensor, torch.Tensor] | None = None,
-                step: CacheStep | None = None, attn_mask_B1TP: torch.Tensor | None = None,
-                past_kv: tuple[torch.Tensor, torch.Tensor] | None = None,
-                kv_out: list | None = None) -> torch.Tensor:
+                step: CacheStep | None = None, attention: Callable | None = None) -> torch.Tensor:
         B, T, _ = x_BTD.shape
         q_BTHC = self.q_norm(self.q_proj(x_BTD).view(B, T, self.H, self.C))
         k_BTGC = self.k_norm(self.k_proj(x_BTD).view(B, T, self.G, self.C))
@@ -167,13 +165,11 @@ class Attention(nn.Module):
         q_BHTC = q_BTHC.transpose(1, 2)
         if kv_cache is None:
             k_BGPC, v_BGPC = k_BTGC.transpose(1, 2), v_BTGC.transpose(1, 2)
-            if kv_out is not None:
-                kv_out.append((k_BGPC, v_BGPC))
-            if past_kv is not None:  # keys/values of earlier positions (a shared prefix), differentiable
-                k_BGPC, v_BGPC = torch.cat([past_kv[0], k_BGPC], 2), torch.cat([past_kv[1], v_BGPC], 2)
-            o_BHTC = F.scaled_dot_product_attention(
-                q_BHTC, k_BGPC, v_BGPC, attn_mask=attn_mask_B1TP, is_causal=attn_mask_B1TP is None,
-                enable_gqa=self.G != self.H)
+            if attention is not None:  # a packed row's segments (training/attention.py)
+                o_BHTC = attention(q_BHTC, k_BGPC, v_BGPC)
+            else:
+                o_BHTC = F.scaled_dot_product_attention(q_BHTC, k_BGPC, v_BGPC, is_causal=True,
+                                                        enable_gqa=self.G != self.H)
         else:
             k_SGLC, v_SGLC = kv_cache
             # Advanced indices around a slice put the indexed dims first: [B, T] + [G, C].
@@ -311,9 +307,8 @@ class Block(nn.Module):
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
 
     def forward(self, x_BTD, cos_BTC, sin_BTC, kv_cache=None, step=None, replay_NK=None, min_ratio=None,
-                attn_mask_B1TP=None, past_kv=None, kv_out=None):
-        x_BTD = x_BTD + self.self_attn(self.input_layernorm(x_BTD), cos_BTC, sin_BTC, kv_cache, step,
-                                       attn_mask_B1TP, past_kv, kv_out)
+                attention=None):
+        x_BTD = x_BTD + self.self_attn(self.input_layernorm(x_BTD), cos_BTC, sin_BTC, kv_cache, step, attention)
         h_BTD = self.post_attention_layernorm(x_BTD)
         if isinstance(self.mlp, MoE):
             y_BTD, idx_NK, n_replaced = self.mlp(h_BTD, replay_NK, min_ratio)
@@ -393,7 +388,6 @@ class ModelOutput:
     hidden: torch.Tensor                     # [B, T, D] final-normed: logits = lm_head(hidden); MTP depth 1 reads it
     routed_experts: torch.Tensor | None = None  # [B, T, Y, K] int32 experts used, when asked
     replaced_experts: int = 0                # replayed experts swapped by the plausibility rule
-    key_values: list | None = None           # per layer (k, v) [B, G, T, C] of this call, when asked
 
 
 # ---- the model ----------------------------------------------------------------------------
@@ -436,17 +430,13 @@ class Transformer(nn.Module):
                 slots: torch.Tensor | None = None, *, routed_experts: torch.Tensor | None = None,
                 replay_min_ratio: float | None = None, return_routed_experts: bool = False,
                 compute_logits: bool = True, position_ids: torch.Tensor | None = None,
-                attention_mask: torch.Tensor | None = None, past_key_values: list | None = None,
-                return_key_values: bool = False) -> ModelOutput:
+                attention: Callable | None = None) -> ModelOutput:
         """input_ids [B, T] -> ModelOutput. See the module docstring for the cached mode and replay.
 
-        Full recompute with a differentiable prefix (training/packing.py shares a group's prompt this
-        way): past_key_values, per layer (k [B, G, P', C], v), are keys/values of P' earlier
-        positions that the T new tokens attend to before their own; position_ids [B, T] place the
-        new tokens; attention_mask [B, 1, T, P'+T] (bool, True = query t sees key p; default
-        causal over this call only) says which keys each query sees, and every query must see at
-        least one (a softmax over nothing is nan). return_key_values puts this call's own
-        per-layer (k, v) in ModelOutput.key_values, to pass as another call's past_key_values.
+        Full recompute of a packed row (training/packing.py runs a group's shared prompt once this
+        way): position_ids [B, T] place the tokens, and `attention`, a callable (q [B, H, T, C],
+        k [B, G, T, C], v [B, G, T, C]) -> o [B, H, T, C] (training/attention.SegmentAttention),
+        replaces the causal attention over the call (which samples' tokens see which).
 
         routed_experts: [B, T, Y, K] expert ids to replay (any int dtype; a token row with a
         negative id uses the router). replay_min_ratio: None, or r in [0, 1].
@@ -460,9 +450,8 @@ class Transformer(nn.Module):
                              f"{[B, T, len(cfg.moe_layers), cfg.num_experts_per_tok]}, got {list(routed_experts.shape)}")
         if replay_min_ratio is not None and not 0.0 <= replay_min_ratio <= 1.0:
             raise ValueError(f"replay_min_ratio must be in [0, 1], got {replay_min_ratio}")
-        if cache is not None and (position_ids is not None or attention_mask is not None or past_key_values is not None
-                                  or return_key_values):
-            raise ValueError("position_ids, attention_mask and key values are for the full-recompute mode; "
+        if cache is not None and (position_ids is not None or attention is not None):
+            raise ValueError("position_ids and attention are for the full-recompute mode; "
                              "the cache handles positions and keys itself")
         x_BTD = self.embed_tokens(input_ids)
         step = None
@@ -476,15 +465,12 @@ class Transformer(nn.Module):
             pos_BT = step.pos_BT
         cos_BTC, sin_BTC = self.rope(pos_BT, x_BTD.dtype)
         experts_Y, n_replaced = [], 0
-        key_values = [] if return_key_values else None
         for i, layer in enumerate(self.layers):
             replay_NK = None
             if routed_experts is not None and isinstance(layer.mlp, MoE):
                 replay_NK = routed_experts[:, :, len(experts_Y)].reshape(B * T, -1)
             kv = cache.layer(i) if cache is not None else None
-            past = past_key_values[i] if past_key_values is not None else None
-            x_BTD, idx_NK, n = layer(x_BTD, cos_BTC, sin_BTC, kv, step, replay_NK, replay_min_ratio, attention_mask,
-                                     past, key_values)
+            x_BTD, idx_NK, n = layer(x_BTD, cos_BTC, sin_BTC, kv, step, replay_NK, replay_min_ratio, attention)
             if idx_NK is not None:
                 experts_Y.append(idx_NK)
                 n_replaced = n_replaced + n
@@ -494,7 +480,7 @@ class Transformer(nn.Module):
             routed = (torch.stack(experts_Y, dim=1).view(B, T, len(experts_Y), -1).to(torch.int32) if experts_Y
                       else torch.zeros(B, T, 0, cfg.num_experts_per_tok, dtype=torch.int32, device=input_ids.device))
         return ModelOutput(logits=self.lm_head(h_BTD) if compute_logits else None, hidden=h_BTD,
-                           routed_experts=routed, replaced_experts=int(n_replaced), key_values=key_values)
+                           routed_experts=routed, replaced_experts=int(n_replaced))
 
     # ---- multi-token prediction -----------------------------------------------------------
 

@@ -148,10 +148,6 @@ class TrainConfig(Section):
     """Run each group's shared prefix once (training/packing.py): the same loss and gradients for less
     compute. Micro-batches then hold whole groups (>= micro_batch_size samples). The Ray trainer's
     FSDP ranks turn it off (the number of model calls per step must match across ranks)."""
-    suffix_chunk: int | None = Field(None, ge=1)
-    """Packed: suffix tokens per model call, longest rows first (training/packing.py), so attention
-    skips most padded and future keys; 5-15% fewer CPU seconds on the demo's RL step (benchmarks/
-    train_step.py, quieter runs), other float rounding than one call (null: all suffixes in one call)."""
     router_replay: bool = True
     """Replay the engine's routed experts in the trainer's forward (R3; Composer 2 §6.2)."""
     replay_min_ratio: float | None = Field(0.1, ge=0, le=1)

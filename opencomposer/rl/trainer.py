@@ -306,8 +306,7 @@ class Trainer:
             mb_samples = samples[i:j]
             out.append((i, j, pack([s.token_ids for s in mb_samples], [s.group_id for s in mb_samples],
                                    int(batch.lengths_B[i:j].max()), self._moe_shape,
-                                   [s.routed_experts for s in mb_samples], chunk=self.train_cfg.suffix_chunk
-                                   ).to(self.device)))
+                                   [s.routed_experts for s in mb_samples]).to(self.device)))
             i = j
         return out
 

@@ -56,15 +56,18 @@ def test_common_prefix_stops_at_the_first_token_or_routing_difference():
     assert common_prefix(ids, routed) == 10
 
 
-@pytest.mark.parametrize("chunk", [None, 3, 64])
-def test_packed_rows_reproduce_each_samples_logits(chunk):
+def test_packed_rows_reproduce_each_samples_logits():
     groups = shared_prefix_groups()
     samples = [s for grp in groups for s in grp.samples]
     T = max(len(s.token_ids) for s in samples) - 1
     p = pack([s.token_ids for s in samples], [s.group_id for s in samples], T, (Y, K),
-             [s.routed_experts for s in samples], chunk=chunk)
+             [s.routed_experts for s in samples])
+    # no padding: each merged group's prefix once, then every sample's own tokens
+    P = [common_prefix([s.token_ids for s in g.samples], [s.routed_experts for s in g.samples]) for g in groups]
+    assert p.tokens == sum(len(s.token_ids) - 1 for s in samples) - sum((len(g.samples) - 1) * n
+                                                                         for g, n in zip(groups, P) if n >= 16)
     assert p.tokens < sum(len(s.token_ids) - 1 for s in samples)
-    assert (len(p.calls) > 1) == (chunk == 3)  # suffixes of 2-10 input tokens
+    assert [s.prefix_length > 0 for s in p.segments].count(True) == 8  # two merged groups of 4
     model = tiny_model().eval()
     with torch.no_grad():
         _, out, _ = forward_packed(model, p, replay=True, replay_min_ratio=None)
@@ -75,15 +78,15 @@ def test_packed_rows_reproduce_each_samples_logits(chunk):
             torch.testing.assert_close(out[p.index_BT[b, :n]], alone, rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.parametrize("micro_batch_size,chunk", [(1, None), (5, None), (64, None), (5, 4), (64, 2)])
+@pytest.mark.parametrize("micro_batch_size", [1, 5, 64])
 @pytest.mark.parametrize("kl", [0.0, 0.1])
-def test_a_packed_step_equals_the_unpacked_step(micro_batch_size, chunk, kl):
+def test_a_packed_step_equals_the_unpacked_step(micro_batch_size, kl):
     groups = shared_prefix_groups()
     reward = RewardConfig(kl_coef=kl)
     runs = {}
     for packed in (False, True):
-        tr = Trainer(tiny_model(), TrainConfig(micro_batch_size=micro_batch_size, pack_prefixes=packed,
-                                               suffix_chunk=chunk), reward=reward)
+        tr = Trainer(tiny_model(), TrainConfig(micro_batch_size=micro_batch_size, pack_prefixes=packed),
+                     reward=reward)
         grads = grads_after_step(tr, groups)
         runs[packed] = (grads, tr)
     (g0, t0), (g1, t1) = runs[False], runs[True]
