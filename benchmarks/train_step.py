@@ -1,7 +1,7 @@
 """The train step at the demo's shapes: trainer seconds per RL step, SFT seconds per step.
 
     .venv/bin/python benchmarks/train_step.py [--json] [--repeats 3] [--only rl|sft]
-        [--rl-threads 1] [--sft-threads 2] [--suffix-chunk C] [--flops]
+        [--rl-threads 1] [--sft-threads 2] [--flops]
 
 Without the full `make demo`: the demo's model (pipeline.DEFAULT_MODEL, vocabulary 2,048, MTP
 module included, random weights, seeded) and batches shaped like the demo's, built from
@@ -127,21 +127,19 @@ def _median(times: list[float]) -> float:
     return statistics.median(times)
 
 
-def rl_trainer(suffix_chunk: int | None = None):
-    """The RL stage's trainer: its train section, β = 0 (no reference model), default loss;
-    suffix_chunk: train.suffix_chunk (trees after issue 23)."""
+def rl_trainer():
+    """The RL stage's trainer: its train section, β = 0 (no reference model), default loss."""
     from opencomposer.rl.config import TrainConfig
     from opencomposer.rl.rewards import RewardConfig
     from opencomposer.rl.trainer import Trainer
 
-    extra = {} if suffix_chunk is None else {"suffix_chunk": suffix_chunk}
-    return Trainer(demo_model(), TrainConfig(micro_batch_size=MICRO_BATCH, optim={"lr": RL_LR}, **extra),
+    return Trainer(demo_model(), TrainConfig(micro_batch_size=MICRO_BATCH, optim={"lr": RL_LR}),
                    reward=RewardConfig(kl_coef=0.0))
 
 
-def run_rl(repeats: int, threads: int, suffix_chunk: int | None = None) -> dict:
+def run_rl(repeats: int, threads: int) -> dict:
     torch.set_num_threads(threads)
-    trainer = rl_trainer(suffix_chunk)
+    trainer = rl_trainer()
     groups = rl_groups()
     times, cpu, m = [], [], {}
     for r in range(repeats + 1):
@@ -150,7 +148,7 @@ def run_rl(repeats: int, threads: int, suffix_chunk: int | None = None) -> dict:
         if r:
             times.append(time.perf_counter() - t0)
             cpu.append(time.process_time() - c0)
-    return {"threads": threads, "suffix_chunk": suffix_chunk, "step_s": _median(times), "steps_s": times,
+    return {"threads": threads, "step_s": _median(times), "steps_s": times,
             "cpu_s": _median(cpu),
             "tokens_total": m["tokens/total"], "tokens_generated": m["tokens/generated"],
             "skipped_samples": m["samples/skipped_zero_advantage"]}
@@ -236,12 +234,11 @@ def main() -> None:
     parser.add_argument("--only", choices=["rl", "sft"], default=None)
     parser.add_argument("--rl-threads", type=int, default=1, help="the RL stage's run.num_threads")
     parser.add_argument("--sft-threads", type=int, default=2, help="the SFT stage's run.train_threads")
-    parser.add_argument("--suffix-chunk", type=int, default=None, help="train.suffix_chunk (RL; after issue 23)")
     parser.add_argument("--flops", action="store_true", help="add the CPU limit (matmul FLOPs / matmul rate)")
     args = parser.parse_args()
     out: dict = {"code": str(Path(sys.modules["opencomposer"].__file__).parents[1])}
     if args.only in (None, "rl"):
-        out["rl"] = run_rl(args.repeats, args.rl_threads, args.suffix_chunk)
+        out["rl"] = run_rl(args.repeats, args.rl_threads)
     if args.only in (None, "sft"):
         out["sft"] = run_sft(args.repeats, args.sft_threads)
     if args.flops:
