@@ -179,12 +179,16 @@ def set_context(model: Transformer, config: ModelConfig) -> None:
 
 
 def make_optimizer(module: nn.Module, cfg: PretrainConfig) -> torch.optim.AdamW:
+    """AdamW, decay on matrices only. fused=True: the update as one vectorised pass per tensor; on
+    the CPU torch's default is a loop of ~10 elementwise ops per tensor (31 against 7 ms a step for
+    vs_trl.py's 12.6M parameters, 5.4 against 2.2 ms for the demo's 3.1M, 2 threads), and the
+    update is the same up to float rounding (~1e-8)."""
     decay = [p for p in module.parameters() if p.ndim >= 2]
     other = [p for p in module.parameters() if p.ndim < 2]
     o = cfg.optim
     return torch.optim.AdamW([{"params": decay, "weight_decay": o.weight_decay},
                               {"params": other, "weight_decay": 0.0}],
-                             lr=cfg.phases[0].lr, betas=o.betas, eps=o.eps)
+                             lr=cfg.phases[0].lr, betas=o.betas, eps=o.eps, fused=True)
 
 
 # ---- evaluation ----------------------------------------------------------------------------

@@ -259,7 +259,8 @@ class Trainer:
         if not params:
             raise ConfigError("the model has no trainable parameters (every tensor has requires_grad=False)")
         o = train.optim
-        self.optimizer = torch.optim.AdamW(params, lr=o.lr, betas=o.betas, eps=o.eps, weight_decay=o.weight_decay)
+        self.optimizer = torch.optim.AdamW(params, lr=o.lr, betas=o.betas, eps=o.eps, weight_decay=o.weight_decay,
+                                           fused=True)  # one pass per tensor (pretrain/train.make_optimizer says why)
         cfg = model.config
         self._moe_shape = (len(cfg.moe_layers), cfg.num_experts_per_tok) if cfg.moe_layers and train.router_replay else None
 
