@@ -64,10 +64,11 @@ class SegmentAttention:
 
     def __init__(self, segments: list[Segment]):
         self.segments = segments
+        self.runs = _prefix_runs(segments)   # the same for every layer
 
     def __call__(self, q_1HNC: torch.Tensor, k_1GNC: torch.Tensor, v_1GNC: torch.Tensor) -> torch.Tensor:
         if q_1HNC.device.type == "cpu":
-            return _CPUSegmentAttention.apply(q_1HNC, k_1GNC, v_1GNC, self.segments)
+            return _CPUSegmentAttention.apply(q_1HNC, k_1GNC, v_1GNC, self.segments, self.runs)
         return masked_segment_attention(q_1HNC, k_1GNC, v_1GNC, self.segments)
 
 
@@ -111,7 +112,7 @@ class _CPUSegmentAttention(torch.autograd.Function):
     outputs and gradients are written into whole-row tensors (no per-slice autograd bookkeeping)."""
 
     @staticmethod
-    def forward(ctx, q_1HNC, k_1GNC, v_1GNC, segments):
+    def forward(ctx, q_1HNC, k_1GNC, v_1GNC, segments, runs):
         _, H, N, C = q_1HNC.shape
         o_1NHC = q_1HNC.new_empty(1, N, H, C)   # the kernel's own output layout: [B, T, H, C] in memory
         lse_1HN = q_1HNC.new_empty(1, H, N, dtype=torch.float32)
@@ -120,7 +121,6 @@ class _CPUSegmentAttention(torch.autograd.Function):
             a, b = s.start, s.end
             o_1HNC[:, :, a:b], lse_1HN[:, :, a:b] = _flash(q_1HNC[:, :, a:b], k_1GNC[:, :, a:b], v_1GNC[:, :, a:b],
                                                            0.0, True)
-        runs = _prefix_runs(segments)
         for a, b, p0, p1 in runs:
             o_p, lse_p = _flash(q_1HNC[:, :, a:b], k_1GNC[:, :, p0:p1], v_1GNC[:, :, p0:p1], 0.0, False)
             lse_s = lse_1HN[:, :, a:b]
@@ -152,4 +152,4 @@ class _CPUSegmentAttention(torch.autograd.Function):
         for a, b, p0, p1 in ctx.runs:
             block(a, b, p0, p1, False)
         ctx.segments = ctx.runs = None
-        return gq, gk, gv, None
+        return gq, gk, gv, None, None
