@@ -3,7 +3,7 @@ speculative decoding, and against this machine's limit.
 
     .venv/bin/python benchmarks/decode.py [--json] [--model DIR] [--threads N] [--spec-depth K]
         [--oracle-drafts] [--random-config JSON] [--b1-prompts N] [--skip-transformers] [--skip-torch-path]
-        [--background-load N] [--sandbox-load] [--pool-policies 0,1]
+        [--background-load N] [--sandbox-load] [--pool-policies 0,1,2]
 
 Model: a ~15M-parameter Qwen3-MoE (hidden 256, 4 layers, 8 experts of width 448, top-2,
 vocab 4096, one MTP module) with random weights, or a checkpoint (--model DIR). transformers
@@ -39,7 +39,9 @@ the same run and the same stretch of time. Under each condition the benchmark ti
 at its default settings (--threads), the same engine on one thread (`engine_1t`: what the
 default must never fall below), transformers, and with --pool-policies the engine at other
 policies of the kernels' thread pool (csrc/pool.h: 0 one chunk per thread, as before the
-adaptive pool; 1 pieces, always parallel). The JSON's top-level figures are the quiet ones;
+adaptive pool; 1 pieces, always parallel; 2 pieces, parallel or serial from each region's
+timings, the default before the free-CPU count; the default is 3, pieces on the CPUs that
+other processes leave free). The JSON's top-level figures are the quiet ones;
 `conditions` holds each condition's (the speed-ups, `engine_vs_1t_b*`, the pool's parallel and
 serial regions and back-offs, the machine rates measured under that load). The torch path,
 speculation and the event loop lag are measured quiet only.
@@ -172,7 +174,7 @@ class EngineRunner:
         self.step_s: dict[int, list[float]] = {}
         self.decode: dict[int, list[tuple[int, float]]] = {}
         self.accepted = self.proposed = 0
-        self.pool = [0, 0, 0, 0]  # the kernels' pool over this runner's calls: parallel, serial regions, back-offs, ns
+        self.pool = [0] * 6  # the kernels' pool over this runner's calls (pool_stats)
 
     def __call__(self, prompts: list[list[int]]) -> list[list[int]]:
         if isinstance(prompts, OneByOne):  # batch 1: the calls' tokens and seconds add up as one
@@ -205,11 +207,12 @@ class EngineRunner:
 
 
 def pool_stats() -> list[int]:
-    """[parallel regions, serial regions, back-offs, ns of back-off] of the kernels' pool so far."""
+    """[parallel regions, serial regions, back-offs, ns of back-off, times a CPU was found taken
+    by others, regions run on fewer threads for it] of the kernels' pool so far."""
     from opencomposer.engine import native
 
     ops = native.ops()
-    return list(ops.pool_stats())[1:] if ops is not None else [0, 0, 0, 0]
+    return list(ops.pool_stats())[1:7] if ops is not None else [0] * 6
 
 
 class PoolPolicyRunner:
@@ -284,9 +287,9 @@ def condition_figures(runners: dict, tps: dict, outputs: dict, batches: dict, ra
             out[f"speedup_b{B}"] = tps["engine", B] / tps["transformers", B]
             same = sum(a == b for a, b in zip(outputs["transformers", B], outputs["engine", B]))
             out[f"same_outputs_b{B}"] = f"{same}/{len(outputs['engine', B])}"
-    parallel, serial, backoffs, backoff_ns = runners["engine"].pool
+    parallel, serial, backoffs, backoff_ns, capped, capped_regions = runners["engine"].pool
     out.update(pool_parallel_regions=parallel, pool_serial_regions=serial, pool_backoffs=backoffs,
-               pool_backoff_s=backoff_ns / 1e9)
+               pool_backoff_s=backoff_ns / 1e9, pool_capped_windows=capped, pool_capped_regions=capped_regions)
     limit_s = max(nbytes / bw, flops / mm)
     out.update(bandwidth_GBps=bw / 1e9, matmul_GFLOPs=mm / 1e9, limit_step_ms=1e3 * limit_s,
                limit_bound="bandwidth" if nbytes / bw >= flops / mm else "compute",
@@ -380,7 +383,8 @@ def main() -> None:
     ap.add_argument("--sandbox-suite", default=str(Path(__file__).resolve().parents[1] / "tasks" / "suites" / "smoke"))
     ap.add_argument("--pool-policies", default="",
                     help="comma-separated csrc/pool.h policies to time the engine at besides its default "
-                         "(0: one chunk per thread, the pool before it adapted; 1: pieces, always parallel)")
+                         "(0: one chunk per thread, the pool before it adapted; 1: pieces, always parallel; "
+                         "2: pieces, serial or parallel from each region's timings)")
     ap.add_argument("--random-config", default="{}",
                     help="JSON of ModelConfig keys replacing the random model's (BENCH_CONFIG), e.g. "
                          "'{\"num_hidden_layers\": 16}'")
@@ -390,9 +394,9 @@ def main() -> None:
     try:
         policies = [int(p) for p in args.pool_policies.split(",") if p.strip()]
     except ValueError:
-        ap.error(f"--pool-policies takes comma-separated integers (0, 1), got {args.pool_policies!r}")
-    if any(p not in (0, 1) for p in policies):
-        ap.error(f"--pool-policies: the policies besides the default (2) are 0 and 1, got {policies}")
+        ap.error(f"--pool-policies takes comma-separated integers (0, 1, 2), got {args.pool_policies!r}")
+    if any(p not in (0, 1, 2) for p in policies):
+        ap.error(f"--pool-policies: the policies besides the default (3) are 0, 1 and 2, got {policies}")
     if args.sandbox_load and not Path(args.sandbox_suite, "suite.toml").is_file():
         ap.error(f"--sandbox-suite {args.sandbox_suite}: no suite.toml there")
     torch.set_num_threads(args.threads)
@@ -534,7 +538,7 @@ def main() -> None:
     for cond, fig in out["conditions"].items():
         print(f"{cond}" + (f" ({out['neighbours'][cond]})" if cond in out["neighbours"] else "") +
               f": pool regions {fig['pool_parallel_regions']} parallel, {fig['pool_serial_regions']} serial, "
-              f"{fig['pool_backoffs']} back-offs; {100 * fig['fraction_of_limit']:.0f}% of the limit")
+              f"{fig['pool_backoffs']} back-offs, {fig['pool_capped_regions']} on fewer threads (busy CPUs); {100 * fig['fraction_of_limit']:.0f}% of the limit")
         for b in (1, B):
             line = (f"  batch {b:>2}: engine {fig[f'engine_tps_b{b}']:8.0f} tok/s   one thread "
                     f"{fig[f'engine_1t_tps_b{b}']:7.0f} (x{fig[f'engine_vs_1t_b{b}']:.2f})")

@@ -146,7 +146,8 @@ def _pass_outputs(model, threads: int, seed: int = 5):
 @pytest.fixture
 def pool_policy():
     """Sets csrc/pool.h's policy for one test (0: one chunk per thread, 1: pieces, always
-    parallel, 2: adaptive, the default) and restores it after."""
+    parallel, 2: adaptive from timings, 3: on the CPUs others leave free, the default) and
+    restores it after."""
     ops = native.ops()
     old = ops.pool_policy(-1)
     yield ops.pool_policy
@@ -158,12 +159,13 @@ def _parallel_regions() -> int:
 
 
 @needs_native
-@pytest.mark.parametrize("policy", [0, 1, 2])
+@pytest.mark.parametrize("policy", [0, 1, 2, 3])
 def test_kernels_give_the_same_bits_on_any_number_of_threads(pool_policy, policy):
     """The pool (csrc/pool.h) splits panels, experts and (row, head) pairs between threads,
     never a sum: 1, 2 and 3 threads (more than this machine's cores) agree bit for bit, under
     every policy (fixed chunks, pieces claimed one at a time, adaptive: serial or parallel per
-    region). Policies 0 and 1 are always parallel on 2 threads: the test checks they were."""
+    region, on the free CPUs). Policies 0 and 1 are always parallel on 2 threads: the test
+    checks they were."""
     model = tiny_model(num_experts=7, moe_intermediate_size=13)
     pool_policy(policy)
     want = _pass_outputs(model, 1)
@@ -171,12 +173,12 @@ def test_kernels_give_the_same_bits_on_any_number_of_threads(pool_policy, policy
         before = _parallel_regions()
         for a, b in zip(_pass_outputs(model, threads), want):
             assert torch.equal(a, b)
-        if policy != 2 and len(os.sched_getaffinity(0)) > 1:
+        if policy in (0, 1) and len(os.sched_getaffinity(0)) > 1:
             assert _parallel_regions() > before
 
 
 @needs_native
-@pytest.mark.parametrize("policy", [1, 2])
+@pytest.mark.parametrize("policy", [1, 2, 3])
 def test_kernels_from_several_threads_at_once_and_in_a_forked_child(pool_policy, policy):
     """Callers on several Python threads share the one pool (a caller that finds it busy runs
     on its own thread), and a forked child, which inherits none of the pool's workers, gets
@@ -217,7 +219,7 @@ def test_kernels_from_several_threads_at_once_and_in_a_forked_child(pool_policy,
         y = [ops.linear(x, wp, 160).flatten().tolist() for _ in range(4)][-1]  # the parent's pool has a worker now
     finally:
         torch.set_num_threads(threads_before)
-    assert policy == 2 or len(os.sched_getaffinity(0)) == 1 or ops.pool_stats()[1] > 0
+    assert policy != 1 or len(os.sched_getaffinity(0)) == 1 or ops.pool_stats()[1] > 0
     ctx = multiprocessing.get_context("fork")
     q = ctx.Queue()
 
@@ -271,9 +273,63 @@ def test_the_pool_runs_serially_on_the_cpus_the_process_gets(pool_policy):
 
 
 @needs_native
+def test_the_pool_leaves_the_cpus_that_other_processes_keep_busy(pool_policy):
+    """Policy 3 (the default) runs a region on the CPUs that other processes leave free
+    (csrc/pool.h's sampler reads /proc/stat): with a busy process pinned to every CPU but
+    one, 2-thread regions run on the caller alone and give the same bits; once the busy
+    processes stop, the CPUs count as free again and regions run in parallel."""
+    import subprocess
+    import sys
+
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        pytest.skip("needs 2 CPUs")
+    ops = native.ops()
+    pool_policy(3)
+    g = torch.Generator().manual_seed(9)
+    x, wp = torch.randn(16, 64, generator=g), native.pack_linear(torch.randn(512, 64, generator=g))
+    want = ops.linear(x, wp, 512)
+    threads_before = torch.get_num_threads()
+    torch.set_num_threads(2)
+
+    def free_cpus_within(seconds: float, ok) -> int:
+        deadline = time.monotonic() + seconds
+        while True:
+            assert torch.equal(ops.linear(x, wp, 512), want)  # keeps the pool (and its sampler) in use
+            free = ops.pool_stats()[7]
+            if ok(free) or time.monotonic() > deadline:
+                return free
+            time.sleep(0.01)
+
+    busy = [subprocess.Popen([sys.executable, "-c", f"import os; os.sched_setaffinity(0, {{{c}}})\nwhile True: pass"])
+            for c in cpus[1:]]
+    try:
+        free = free_cpus_within(5, lambda f: f == 1)
+        assert free == 1, f"the pool counted {free} free CPUs with a busy process on all but one of {len(cpus)}"
+        before = ops.pool_stats()
+        for _ in range(20):
+            assert torch.equal(ops.linear(x, wp, 512), want)
+        after = ops.pool_stats()
+        assert after[1] == before[1] and after[2] >= before[2] + 20 and after[6] >= before[6] + 20
+    finally:
+        for p in busy:
+            p.kill()
+            p.wait()
+    try:
+        free = free_cpus_within(10, lambda f: f >= 2)
+        assert free >= 2, f"the pool still counted {free} free CPU(s) 10 s after the busy processes stopped"
+        before = ops.pool_stats()
+        for _ in range(20):
+            assert torch.equal(ops.linear(x, wp, 512), want)
+        assert ops.pool_stats()[1] > before[1]
+    finally:
+        torch.set_num_threads(threads_before)
+
+
+@needs_native
 def test_pool_policy_rejects_unknown_policies():
-    with pytest.raises(RuntimeError, match="0 \\(one chunk per thread\\), 1 .*2 .*-1"):
-        native.ops().pool_policy(3)
+    with pytest.raises(RuntimeError, match="0 \\(one chunk per thread\\), 1 .*2 .*3 .*-1"):
+        native.ops().pool_policy(4)
 
 
 def test_engine_falls_back_to_the_torch_path_without_the_kernels(monkeypatch):

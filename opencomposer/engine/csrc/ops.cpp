@@ -12,8 +12,10 @@
 //       -> (hidden [N, D], logits of each row's last token [B, V] or an empty tensor)
 //       One DeepSeek-V3 MTP depth: norm(block(eh_proj([hnorm(h); enorm(emb(t))]))).
 //   pool_policy(p) -> the previous policy: sets csrc/pool.h's policy (0: one chunk per thread,
-//       1: pieces, always parallel, 2: pieces, adaptive, the default; -1 only reads it).
-//   pool_stats() -> [policy, parallel regions, serial regions, back-offs, ns of back-off].
+//       1: pieces, always parallel, 2: pieces, adaptive from timings, 3: pieces on the CPUs
+//       that other processes leave free, the default; -1 only reads it).
+//   pool_stats() -> [policy, parallel regions, serial regions, back-offs, ns of back-off, times
+//       a CPU was found taken, regions run on fewer threads for it, free CPUs now (0: unknown)].
 //   spec_greedy(...): a whole greedy speculative step: verify, accept, and draft with only the
 //       MTP positions that changed (see below).
 //
@@ -204,8 +206,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> spec_gree
 }
 
 int64_t pool_policy(int64_t p) {
-  TORCH_CHECK(p >= -1 && p <= 2, "opencomposer.pool_policy: 0 (one chunk per thread), 1 (pieces, always parallel), "
-              "2 (pieces, adaptive: the default) or -1 (read it)");
+  TORCH_CHECK(p >= -1 && p <= 3, "opencomposer.pool_policy: 0 (one chunk per thread), 1 (pieces, always parallel), "
+              "2 (pieces, adaptive from timings), 3 (pieces on the free CPUs: the default) or -1 (read it)");
   return p < 0 ? Pool::get().stats()[0] : Pool::get().set_policy((int)p);
 }
 

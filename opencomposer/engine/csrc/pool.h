@@ -26,27 +26,41 @@
 //     task's generation, so a claim can never land on another task). A worker that is not
 //     running when the task comes leaves its pieces to the caller; only one preempted in the
 //     middle of a piece still stalls the region.
-//   - an adaptive policy (policy 2, the default) that times regions against serial runs of the
-//     same shape (call site, items, the caller's work hint): the first two calls of a shape, and
-//     every kSerialProbeEvery-th after, run serially; a shape whose parallel runs are no faster
-//     than its serial ones stays serial (re-tried every kParallelProbeEvery-th call); and every
-//     parallel region adds (its shape's serial time - its own time) to a balance. Once the
-//     balance is kLossNs in the red (parallel regions were slower than serial ones would have
-//     been: a neighbour is taking cores), every region runs serially for a back-off of
-//     kMinBackoffNs, doubled at each relapse up to kMaxBackoffNs and reset after a window of
-//     kWindowRegions parallel regions in the black. Serial and parallel runs compute every item the same way,
-//     so the policy never changes a bit of the output (tests/engine/test_forward.py).
-// Policies 0 (one fixed chunk per thread, this file's first pool: for comparisons) and 1
-// (pieces, always parallel) are kept for benchmarks/decode.py --pool-policies and the tests.
-// The thread count is also capped by the CPUs this process may run on (sched_getaffinity,
-// re-read every 100 ms). Not covered: CPU quotas (cgroup cpu.max) are seen only through the
-// policy's timings, and a caller preempted outside a region is no region's fault.
+//   - threads only on the CPUs that others leave free (policy 3, the default): a sampler
+//     thread counts, every kSampleNs while the pool is in use, the CPU time that other
+//     processes used on this process's CPUs over the last kWindowNs (/proc/stat less this
+//     process's own CPU time), and a region runs on at most the CPUs left (rounded to the
+//     nearest, at least one). With one busy neighbour on 2 cores every region runs on the
+//     caller alone, within a window of the neighbour starting; quiet, every region runs on
+//     both. Measured against policy 2 in the same runs (docs/benchmarks.md, 2026-12-06):
+//     policy 2 gave up 13-30% of the quiet speed to its serial probes and shapes that timed
+//     serial, and still ran 5-13% below one thread under a pinned busy process.
+// Serial and parallel runs compute every item the same way, so no policy changes a bit of the
+// output (tests/engine/test_forward.py). Kept for benchmarks/decode.py --pool-policies and the
+// tests: policies 0 (one fixed chunk per thread, this file's first pool), 1 (pieces, always
+// parallel) and 2 (pieces, adaptive from timings, the default before policy 3: it times regions
+// against serial runs of the same shape (call site, items, the caller's work hint): the first
+// two calls of a shape, and every kSerialProbeEvery-th after, run serially; a shape whose
+// parallel runs are no faster than its serial ones stays serial (re-tried every
+// kParallelProbeEvery-th call); and every parallel region adds (its shape's serial time - its
+// own time) to a balance. Once the balance is kLossNs in the red, every region runs serially
+// for a back-off of kMinBackoffNs, doubled at each relapse up to kMaxBackoffNs and reset after
+// a window of kWindowRegions parallel regions in the black).
+// Every policy's thread count is also capped by the CPUs this process may run on
+// (sched_getaffinity, re-read every 100 ms). Not covered: CPU quotas (cgroup cpu.max) are not
+// read; a neighbour that comes and goes faster than kWindowNs is averaged over the window; a
+// caller preempted outside a region is no region's fault.
 #pragma once
 #include <ATen/Parallel.h>
 #include <sched.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -65,6 +79,9 @@ constexpr int64_t kLossNs = 500000;
 constexpr int64_t kWindowRegions = 256;
 constexpr int64_t kMinBackoffNs = 20000000;
 constexpr int64_t kMaxBackoffNs = 1000000000;
+constexpr int64_t kSampleNs = 25000000;    // the sampler's period,
+constexpr int64_t kWindowNs = 50000000;    // the span it counts the free CPUs over,
+constexpr int64_t kIdleNs = 10000000000;   // and how long it goes on after the last region
 constexpr int kShapes = 512;  // direct-mapped table of region shapes
 constexpr uint32_t kGenMask = (1u << 23) - 1;  // task generations, as the claim word keeps them
 
@@ -113,7 +130,7 @@ class Pool {
     }
     const int64_t t0 = now_ns();
     const int policy = policy_.load(std::memory_order_relaxed);
-    nt = (int)std::min<int64_t>({(int64_t)nt, (int64_t)kMaxThreads, (int64_t)cores(t0), pieces});
+    nt = (int)std::min<int64_t>({(int64_t)nt, (int64_t)kMaxThreads, (int64_t)cores(t0, policy == 3), pieces});
     if (policy == 0) pieces = nt;  // one chunk per thread
     Shape& s = shape(key);
     ++s.calls;
@@ -157,7 +174,8 @@ class Pool {
     busy_.unlock();
   }
 
-  // 0: one fixed chunk per thread; 1: pieces, always parallel; 2: pieces, adaptive (default).
+  // 0: one fixed chunk per thread; 1: pieces, always parallel; 2: pieces, adaptive from timings;
+  // 3: pieces on the free CPUs (the default).
   int set_policy(int p) {
     std::lock_guard<std::mutex> lock(busy_);
     const int old = policy_.exchange(p);  // the shapes' timings (policy 2's alone) are kept
@@ -165,10 +183,12 @@ class Pool {
     return old;
   }
 
-  // [policy, parallel regions, serial regions, back-offs, ns spent in back-off]
+  // [policy, parallel regions, serial regions, back-offs, ns spent in back-off, times a CPU was
+  // found taken by others, regions run on fewer threads for it, the free CPUs now (0: unknown)]
   std::vector<int64_t> stats() {
     std::lock_guard<std::mutex> lock(busy_);
-    return {(int64_t)policy_.load(), parallel_regions_, serial_regions_, backoffs_, backoff_total_ns_};
+    return {(int64_t)policy_.load(), parallel_regions_, serial_regions_, backoffs_, backoff_total_ns_,
+            capped_windows_.load(), capped_regions_, free_.load()};
   }
 
  private:
@@ -179,13 +199,101 @@ class Pool {
     return flag;
   }
 
-  int cores(int64_t t) {  // CPUs this process may run on, re-read every 100 ms
+  // The CPUs this process may run on (sched_getaffinity, re-read every 100 ms) or, with
+  // `free`, how many of them the other processes leave to it (the sampler's count).
+  int cores(int64_t t, bool free) {
     if (t - cores_at_ > 100000000 || cores_ == 0) {
       cpu_set_t set;
       cores_ = sched_getaffinity(0, sizeof set, &set) == 0 ? std::max(1, CPU_COUNT(&set)) : kMaxThreads;
       cores_at_ = t;
     }
+    if (!free) return cores_;
+    used_at_.store(t, std::memory_order_relaxed);
+    if (!sampling_) {
+      sampling_ = true;
+      std::thread([this] { sample(); }).detach();
+    } else if (sampler_asleep_.load(std::memory_order_relaxed)) {
+      sampler_asleep_.store(false, std::memory_order_relaxed);
+      wake_.fetch_add(1, std::memory_order_release);
+      wake_.notify_one();
+    }
+    const int f = free_.load(std::memory_order_relaxed);
+    if (f > 0 && f < cores_) {
+      ++capped_regions_;
+      return f;
+    }
     return cores_;
+  }
+
+  // The sampler thread: every kSampleNs while the pool is in use (a region in the last kIdleNs;
+  // then it sleeps until the next), the CPU time that others used on our CPUs over the last
+  // kWindowNs: /proc/stat's busy time on them (clock ticks of 10 ms, every process) less this
+  // process's own CPU time (CLOCK_PROCESS_CPUTIME_ID: every thread of it, spinning workers
+  // included), per CPU. The CPUs left, rounded to the nearest, are the threads a region may
+  // use (free_; at least one). A neighbour pinned to a core takes it out of the count within a
+  // window, and gives it back as soon as it stops. Without /proc/stat (some sandboxes), every
+  // CPU counts as free. Its cost: one read of /proc/stat every kSampleNs (~0.1% of a core).
+  void sample() {
+    struct Reading {
+      int64_t t, busy, total, own;
+    };
+    std::vector<Reading> recent;  // oldest first, the newest older than the window kept as its start
+    static const double tick_ns = 1e9 / (double)std::max(1L, sysconf(_SC_CLK_TCK));
+    for (;;) {
+      const int64_t t = now_ns();
+      if (t - used_at_.load(std::memory_order_relaxed) > kIdleNs) {
+        const uint32_t w = wake_.load(std::memory_order_acquire);
+        sampler_asleep_.store(true, std::memory_order_relaxed);
+        wake_.wait(w, std::memory_order_acquire);
+        recent.clear();
+        continue;
+      }
+      cpu_set_t set;
+      Reading r{t, 0, 0, 0};
+      if (sched_getaffinity(0, sizeof set, &set) != 0 || !read_stat(set, r.busy, r.total)) {
+        free_.store(0, std::memory_order_relaxed);  // unknown: every CPU
+        return;
+      }
+      timespec ts;
+      clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+      r.own = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+      while (recent.size() > 1 && t - recent[1].t >= kWindowNs) recent.erase(recent.begin());
+      if (!recent.empty() && t - recent[0].t >= kWindowNs && r.total > recent[0].total) {
+        const Reading& a = recent[0];
+        const int n = std::max(1, CPU_COUNT(&set));
+        const double per_cpu = (double)(r.total - a.total) * tick_ns / n;
+        const double others = ((double)(r.busy - a.busy) * tick_ns - (double)(r.own - a.own)) / per_cpu;
+        const int f = (int)std::clamp<double>(std::floor(n - std::max(0.0, others) + 0.5), 1, n);
+        const int before = free_.exchange(f, std::memory_order_relaxed);
+        if (f < n && (before == 0 || before >= n)) ++capped_windows_;  // a CPU taken away
+      }
+      recent.push_back(r);
+      std::this_thread::sleep_for(std::chrono::nanoseconds(kSampleNs));
+    }
+  }
+
+  static bool read_stat(const cpu_set_t& set, int64_t& busy, int64_t& total) {
+    FILE* f = std::fopen("/proc/stat", "re");
+    if (!f) return false;
+    char line[512];
+    bool any = false;
+    while (std::fgets(line, sizeof line, f)) {
+      int cpu;
+      unsigned long long v[8] = {0};
+      if (std::strncmp(line, "cpu", 3) != 0 || !std::isdigit((unsigned char)line[3])) continue;
+      if (std::sscanf(line + 3, "%d %llu %llu %llu %llu %llu %llu %llu %llu", &cpu, &v[0], &v[1], &v[2], &v[3],
+                      &v[4], &v[5], &v[6], &v[7]) < 5 ||
+          cpu < 0 || cpu >= CPU_SETSIZE || !CPU_ISSET(cpu, &set))
+        continue;
+      // user nice system idle iowait irq softirq steal: idle and iowait are free time
+      int64_t all = 0;
+      for (unsigned long long x : v) all += (int64_t)x;
+      total += all;
+      busy += all - (int64_t)(v[3] + v[4]);
+      any = true;
+    }
+    std::fclose(f);
+    return any;
   }
 
   Shape& shape(uint64_t key) {
@@ -272,7 +380,7 @@ class Pool {
   std::atomic<uint32_t> word_{0};    // bumped at every task: what sleeping workers wait on
   std::atomic<uint64_t> claim_{0};   // the current task (layout in run)
   std::atomic<int64_t> done_{0};     // its pieces finished
-  std::atomic<int> policy_{2};
+  std::atomic<int> policy_{3};
   uint32_t gen_ = 0;
   int workers_ = 0;
   void (*call_)(void*, int64_t, int64_t) = nullptr;
@@ -282,7 +390,13 @@ class Pool {
   int64_t net_ = 0, serial_until_ = 0, backoff_ = kMinBackoffNs, window_regions_ = 0, backoff_total_ns_ = 0;
   int64_t parallel_regions_ = 0, serial_regions_ = 0, backoffs_ = 0;
   int cores_ = 0;
-  int64_t cores_at_ = 0;
+  int64_t cores_at_ = 0, capped_regions_ = 0;
+  // the free CPUs (policy 3), set by the sampler thread
+  bool sampling_ = false;
+  std::atomic<int> free_{0};  // 0: not known yet (every CPU)
+  std::atomic<int64_t> used_at_{0}, capped_windows_{0};
+  std::atomic<bool> sampler_asleep_{false};
+  std::atomic<uint32_t> wake_{0};
 };
 
 // Splits [begin, end) into pieces of at least `grain` items (at most kPiecesPerThread per
