@@ -231,6 +231,12 @@ class PoolPolicyRunner:
             native.ops().pool_policy(old)
 
 
+# Before each timed call: torch's OpenMP workers spin for a while after the last parallel region
+# of the caller before them (machine_rates, transformers), on the cores the next runner uses;
+# without a pause that spin fell on whichever runner came next.
+SETTLE_S = 0.05
+
+
 def interleaved(conditions: dict[str, dict], neighbours: dict, batches: dict[int, list[list[int]]], repeats: int):
     """Time every runner of every condition at every batch size, round-robin, `repeats` rounds
     (so that a busy spell on a shared machine hits all of them alike), each condition's
@@ -250,6 +256,7 @@ def interleaved(conditions: dict[str, dict], neighbours: dict, batches: dict[int
                 rates[cond].append(machine_rates(repeats=3))
                 for B, prompts in batches.items():
                     for name, run in runners.items():
+                        time.sleep(SETTLE_S)
                         t0 = time.perf_counter()
                         outputs[cond, name, B] = run(prompts)
                         times.setdefault((cond, name, B), []).append(time.perf_counter() - t0)
