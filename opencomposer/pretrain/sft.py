@@ -78,6 +78,7 @@ from opencomposer.training.allocator import keep_freed_memory
 from opencomposer.training.metrics import MetricsWriter
 from opencomposer.training.logits import CHUNK_ELEMENTS, head_logprobs
 from opencomposer.training.packing import forward_packed, pack
+from opencomposer.training.threads import StepThreads
 
 _CACHE_VERSION = 1  # bump when rendering changes meaning
 TRAJECTORIES = "trajectories.jsonl"
@@ -539,6 +540,7 @@ def train_sft(cfg: SFTConfig, *, resume: bool = False, console: Console | None =
                   + (f", resuming at step {step}" if step else "")
                   + (f"; val loss {last_val:.4f}" if last_val is not None else ""))
     t_start, saved = time.perf_counter(), step if r.resumed else -1
+    threads = StepThreads() if r.device.type == "cpu" else None  # capped by the CPUs others leave free
     try:
         with Progress(TextColumn("sft"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[info]}"),
                       TimeElapsedColumn(), console=console) as bar:
@@ -546,6 +548,8 @@ def train_sft(cfg: SFTConfig, *, resume: bool = False, console: Console | None =
             while step < cfg.steps:
                 batch = [r.data[i] for i in r.order.take(cfg.batch_size)]
                 lr = lr_at(cfg.phase, step)
+                if threads is not None:
+                    threads.fit()
                 t0 = time.perf_counter()
                 loss, stats, grad_norm, tokens = _train_step(r, cfg, batch, lr)
                 step += 1

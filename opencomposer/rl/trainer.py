@@ -60,6 +60,7 @@ from opencomposer.rl.rewards import RewardConfig
 from opencomposer.training.allocator import keep_freed_memory
 from opencomposer.training.logits import head_logprobs
 from opencomposer.training.packing import Packed, forward_packed, pack
+from opencomposer.training.threads import StepThreads
 from opencomposer.training.schedule import warmup_cosine_lr
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}  # model.dtype and engine.dtype names
@@ -243,6 +244,8 @@ class Trainer:
         self.temperature = temperature
         self.version = version
         self.steps = 0
+        # torch's threads capped by the CPUs others leave free, refitted before each step (CPU only)
+        self._threads = StepThreads() if self.device.type == "cpu" else None
         self.needs_ref = needs_reference(reward, loss)
         self.ref_model = None
         if self.needs_ref:
@@ -326,6 +329,8 @@ class Trainer:
         samples = [s for g in groups for s in g.samples]
         if not samples:
             raise ValueError("Trainer.step needs at least one sample")
+        if self._threads is not None:
+            self._threads.fit()
         group_index = {g.group_id: i for i, g in enumerate(groups)}
         gid_B = torch.tensor([group_index[s.group_id] for s in samples])
         batch = collate(samples, self._moe_shape).to(self.device)
