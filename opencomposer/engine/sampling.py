@@ -61,8 +61,15 @@ def sampling_probs(logits_NV: torch.Tensor, temperature_N: torch.Tensor, top_p_N
 def sample(probs_NV: torch.Tensor, u_N: torch.Tensor) -> torch.Tensor:
     """Inverse-CDF draw: the first token whose cumulative mass exceeds u * total (u in [0, 1)).
 
-    Rows need not be normalised; a token of zero mass is never drawn. int64 [N].
+    Rows need not be normalised; a token of zero mass is never drawn. int64 [N]. The C++
+    kernels' `inverse_cdf` (native.py) give the same tokens bit for bit, without the [N, V]
+    double copy and cumsum, where they are loaded.
     """
+    from opencomposer.engine import native
+
+    ops = native.ops()
+    if ops is not None and probs_NV.dtype == torch.float32 and probs_NV.device.type == "cpu":
+        return ops.inverse_cdf(probs_NV, u_N.double())
     cdf_NV = probs_NV.double().cumsum(-1)
     x_N1 = (u_N.double() * cdf_NV[:, -1])[:, None]
     return torch.searchsorted(cdf_NV, x_N1, right=True).squeeze(1).clamp_(max=probs_NV.shape[-1] - 1)

@@ -54,9 +54,10 @@ def test_a_busy_neighbour_takes_its_cpu_out_of_the_count_and_gives_it_back():
             for p in busy:
                 p.kill()
                 p.wait()
-        time.sleep(0.5)
-        assert threads.fit() == len(CPUS), "the CPUs did not come back after the busy processes stopped"
-        assert torch.get_num_threads() == len(CPUS)
+        deadline = time.monotonic() + 10  # a job of another test beside it may hold a CPU a while
+        while threads.fit() != len(CPUS) and time.monotonic() < deadline:
+            time.sleep(0.3)
+        assert torch.get_num_threads() == len(CPUS), "the CPUs did not come back after the busy processes stopped"
     finally:
         torch.set_num_threads(before)
 

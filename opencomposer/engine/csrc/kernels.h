@@ -19,6 +19,9 @@
 //       rows), the routing weight folded into the activations and the result added to the
 //       output rows: work proportional to K, not E.
 //   argmax_logprob(logits [N, V]) -> (argmax [N], its log-softmax [N]): greedy sampling.
+//   inverse_cdf(probs [N, V] float32, u [N] float64) -> tokens [N]: the inverse-CDF draw of
+//       sampling.sample, bit for bit its torch ops (the cumulative mass summed in double, in
+//       order; the first token whose mass exceeds u times the row's total; at most V - 1).
 //   attention(qkv [N, (H+2G)C], q_norm_w, k_norm_w, eps, cos [L, C], sin [L, C], k_cache,
 //       v_cache [S, G, L, C], slots [B], start [B], H) -> o [N, H*C]
 //       N = B*T tokens: T per row at positions start[b]..start[b]+T-1 of slot slots[b]. Per
@@ -595,6 +598,40 @@ std::tuple<at::Tensor, at::Tensor> argmax_logprob(const at::Tensor& logits_in) {
     }
   }, V);
   return {idx, lp};
+}
+
+// ---- sampling ----------------------------------------------------------------------------------
+
+// sampling.sample's torch ops are probs.double().cumsum(-1) (a sequential sum per row, in
+// double), x = u * the last sum, searchsorted(right=True) (the first index whose sum exceeds
+// x) and a clamp to V - 1: the same sums in the same order give the same token, without the
+// [N, V] double copy and cumsum. Rows are summed four at a time, each on its own chain (the
+// order within a row is unchanged).
+at::Tensor inverse_cdf(const at::Tensor& probs_in, const at::Tensor& u_in) {
+  const at::Tensor probs = probs_in.contiguous(), u = u_in.contiguous();
+  TORCH_CHECK(probs.scalar_type() == at::kFloat && probs.dim() == 2 && u.scalar_type() == at::kDouble &&
+                  u.dim() == 1 && u.size(0) == probs.size(0) && probs.size(1) > 0,
+              "opencomposer.inverse_cdf: probs float32 [N, V > 0] and u float64 [N]");
+  const int64_t N = probs.size(0), V = probs.size(1);
+  at::Tensor tokens = at::empty({N}, probs.options().dtype(at::kLong));
+  const float* p = probs.data_ptr<float>();
+  const double* up = u.data_ptr<double>();
+  int64_t* out = tokens.data_ptr<int64_t>();
+  par_for(0, N, 4, [&](int64_t n0, int64_t n1) {
+    std::vector<double> cdf(4 * V);
+    for (int64_t n = n0; n < n1; n += 4) {
+      const int64_t m = std::min<int64_t>(4, n1 - n);
+      double c[4] = {0., 0., 0., 0.};
+      for (int64_t v = 0; v < V; ++v)
+        for (int64_t j = 0; j < m; ++j) cdf[j * V + v] = c[j] += (double)p[(n + j) * V + v];
+      for (int64_t j = 0; j < m; ++j) {
+        const double* row = cdf.data() + j * V;
+        const double x = up[n + j] * row[V - 1];
+        out[n + j] = std::min<int64_t>(std::upper_bound(row, row + V, x) - row, V - 1);
+      }
+    }
+  }, V);
+  return tokens;
 }
 
 }  // namespace

@@ -219,6 +219,7 @@ TORCH_LIBRARY(opencomposer, m) {
   m.def("pool_policy(int policy) -> int", pool_policy);
   m.def("pool_stats() -> int[]", pool_stats);
   m.def("argmax_logprob(Tensor logits) -> (Tensor, Tensor)", argmax_logprob);
+  m.def("inverse_cdf(Tensor probs, Tensor u) -> Tensor", inverse_cdf);
   m.def("rms_norm(Tensor x, Tensor weight, float eps) -> Tensor", rms_norm);
   m.def("linear(Tensor x, Tensor w_packed, int out_features, Tensor? bias=None, Tensor? residual=None, "
         "Tensor? norm_weight=None, float eps=0.) -> Tensor", linear);
