@@ -242,6 +242,18 @@ def test_kernels_from_several_threads_at_once_and_in_a_forked_child(pool_policy,
     assert all(r == y for r in got)
 
 
+@pytest.fixture
+def two_threads():
+    """For a pool test that needs 2 CPUs: torch on 2 threads during the test; gives the CPUs."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        pytest.skip("needs 2 CPUs")
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    yield cpus
+    torch.set_num_threads(before)
+
+
 def _linear_case(seed: int, rows: int, out: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """x [rows, 64], a packed [out, 64] weight and the kernels' x @ w.T on the current threads."""
     g = torch.Generator().manual_seed(seed)
@@ -250,18 +262,14 @@ def _linear_case(seed: int, rows: int, out: int) -> tuple[torch.Tensor, torch.Te
 
 
 @needs_native
-def test_the_pool_runs_serially_on_the_cpus_the_process_gets(pool_policy):
+def test_the_pool_runs_serially_on_the_cpus_the_process_gets(pool_policy, two_threads):
     """The pool caps its threads at the CPUs this process may run on (re-read every 100 ms):
     pinned to one CPU, a 2-thread caller runs every region on its own thread, even where the
     policy is always parallel; given the CPUs back, it runs in parallel again."""
-    cpus = os.sched_getaffinity(0)
-    if len(cpus) < 2:
-        pytest.skip("needs 2 CPUs")
+    cpus = two_threads
     ops = native.ops()
     pool_policy(1)
     x, wp, want = _linear_case(seed=8, rows=4, out=256)
-    threads_before = torch.get_num_threads()
-    torch.set_num_threads(2)
     try:
         os.sched_setaffinity(0, {min(cpus)})
         time.sleep(0.15)
@@ -275,11 +283,10 @@ def test_the_pool_runs_serially_on_the_cpus_the_process_gets(pool_policy):
         assert ops.pool_stats()[1] > after[1]
     finally:
         os.sched_setaffinity(0, cpus)
-        torch.set_num_threads(threads_before)
 
 
 @needs_native
-def test_the_pool_leaves_the_cpus_that_other_processes_keep_busy(pool_policy):
+def test_the_pool_leaves_the_cpus_that_other_processes_keep_busy(pool_policy, two_threads):
     """Policy 3 (the default) runs a region on the CPUs that other processes leave free
     (csrc/pool.h's sampler reads /proc/stat): with a busy process pinned to every CPU but
     one, 2-thread regions run on the caller alone and give the same bits; once the busy
@@ -288,14 +295,10 @@ def test_the_pool_leaves_the_cpus_that_other_processes_keep_busy(pool_policy):
     import subprocess
     import sys
 
-    cpus = sorted(os.sched_getaffinity(0))
-    if len(cpus) < 2:
-        pytest.skip("needs 2 CPUs")
+    cpus = two_threads
     ops = native.ops()
     pool_policy(3)
     x, wp, want = _linear_case(seed=9, rows=16, out=512)
-    threads_before = torch.get_num_threads()
-    torch.set_num_threads(2)
 
     def free_cpus_within(seconds: float, ok) -> int:
         deadline = time.monotonic() + seconds
@@ -320,21 +323,18 @@ def test_the_pool_leaves_the_cpus_that_other_processes_keep_busy(pool_policy):
         for p in busy:
             p.kill()
             p.wait()
-    try:
-        others = FreeCPUs()  # an independent count over the same wait (training/threads.py)
-        free = free_cpus_within(10, lambda f: f >= 2)
-        if free < 2:  # right only if something else kept a CPU busy all along (a job beside the tests)
-            left = others()
-            assert left is not None and left < len(cpus), \
-                f"the pool still counted {free} free CPU(s) 10 s after the busy processes stopped, " \
-                f"while /proc/stat says {left} were free"
-            return
-        before = ops.pool_stats()
-        for _ in range(20):
-            assert torch.equal(ops.linear(x, wp, 512), want)
-        assert ops.pool_stats()[1] > before[1]
-    finally:
-        torch.set_num_threads(threads_before)
+    others = FreeCPUs()  # an independent count over the same wait (training/threads.py)
+    free = free_cpus_within(10, lambda f: f >= 2)
+    if free < 2:  # right only if something else kept a CPU busy all along (a job beside the tests)
+        left = others()
+        assert left is not None and left < len(cpus), \
+            f"the pool still counted {free} free CPU(s) 10 s after the busy processes stopped, " \
+            f"while /proc/stat says {left} were free"
+        return
+    before = ops.pool_stats()
+    for _ in range(20):
+        assert torch.equal(ops.linear(x, wp, 512), want)
+    assert ops.pool_stats()[1] > before[1]
 
 
 @needs_native
