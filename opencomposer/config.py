@@ -96,7 +96,9 @@ class RunConfig(Section):
     seed: int = 0
     """Seeds the random model init, the data order and every sampling request."""
     num_threads: int | None = Field(None, ge=1)
-    """torch intra-op threads (None: torch's default)."""
+    """torch intra-op threads (None: torch's default). On the CPU, the most: each RL trainer and SFT
+    step, and each region of the engine's kernels, runs on fewer when other processes keep
+    CPUs busy (training/threads.py, engine/csrc/pool.h)."""
     device: DeviceName = "auto"
     """Where the model computes: auto (a GPU if torch sees one), cpu, cuda (opencomposer/device.py)."""
 

@@ -138,7 +138,9 @@ class Engine:
     build (forward.py; False: the oneDNN/PyTorch path). `engine.native` says which runs.
     num_threads: torch intra-op threads (None: unchanged), set here and again on the scheduler
     thread when it starts (torch keeps a count per thread, fixed when a thread first asks for
-    it, so an engine's own thread runs at its own setting). The engine owns `model`: it is cast
+    it, so an engine's own thread runs at its own setting); the C++ kernels run each region on
+    at most that many, fewer while other processes keep CPUs busy (csrc/pool.h, policy 3). The
+    engine owns `model`: it is cast
     and its modules swapped in place (pass a copy to keep an untouched one).
     """
 
