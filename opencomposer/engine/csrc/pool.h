@@ -130,15 +130,16 @@ class Pool {
     }
     const int64_t t0 = now_ns();
     const int policy = policy_.load(std::memory_order_relaxed);
-    nt = (int)std::min<int64_t>({(int64_t)nt, (int64_t)kMaxThreads, (int64_t)cores(t0, policy == 3), pieces});
+    nt = (int)std::min<int64_t>({(int64_t)nt, (int64_t)kMaxThreads, (int64_t)(policy == 3 ? free_cores(t0) : cores(t0)),
+                                 pieces});
     if (policy == 0) pieces = nt;  // one chunk per thread
-    Shape& s = shape(key);
-    ++s.calls;
-    if (nt <= 1 || (policy == 2 && !parallel_now(s, t0))) {
+    Shape* s = policy == 2 ? &shape(key) : nullptr;  // what policy 2 times
+    if (s) ++s->calls;
+    if (nt <= 1 || (s && !parallel_now(*s, t0))) {
       in_task() = true;
       whole();
       in_task() = false;
-      if (policy == 2) envelope(s.serial_ns, s.serial_runs, now_ns() - t0);
+      if (s) envelope(s->serial_ns, s->serial_runs, now_ns() - t0);
       ++serial_regions_;
       busy_.unlock();
       return;
@@ -167,9 +168,9 @@ class Pool {
     wait_done(pieces);
     const int64_t t1 = now_ns();
     ++parallel_regions_;
-    if (policy == 2) {
-      envelope(s.parallel_ns, s.parallel_runs, t1 - t0);
-      account(s, t1 - t0, t1);
+    if (s) {
+      envelope(s->parallel_ns, s->parallel_runs, t1 - t0);
+      account(*s, t1 - t0, t1);
     }
     busy_.unlock();
   }
@@ -199,15 +200,19 @@ class Pool {
     return flag;
   }
 
-  // The CPUs this process may run on (sched_getaffinity, re-read every 100 ms) or, with
-  // `free`, how many of them the other processes leave to it (the sampler's count).
-  int cores(int64_t t, bool free) {
+  int cores(int64_t t) {  // CPUs this process may run on, re-read every 100 ms
     if (t - cores_at_ > 100000000 || cores_ == 0) {
       cpu_set_t set;
       cores_ = sched_getaffinity(0, sizeof set, &set) == 0 ? std::max(1, CPU_COUNT(&set)) : kMaxThreads;
       cores_at_ = t;
     }
-    if (!free) return cores_;
+    return cores_;
+  }
+
+  // Policy 3's cap: of those CPUs, how many the other processes leave to this one (the
+  // sampler's count, below); starts the sampler, or wakes it, as the pool is used.
+  int free_cores(int64_t t) {
+    const int n = cores(t);
     used_at_.store(t, std::memory_order_relaxed);
     if (!sampling_) {
       sampling_ = true;
@@ -218,11 +223,11 @@ class Pool {
       wake_.notify_one();
     }
     const int f = free_.load(std::memory_order_relaxed);
-    if (f > 0 && f < cores_) {
+    if (f > 0 && f < n) {
       ++capped_regions_;
       return f;
     }
-    return cores_;
+    return n;
   }
 
   // The sampler thread: every kSampleNs while the pool is in use (a region in the last kIdleNs;
