@@ -57,20 +57,24 @@ class FreeCPUs:
     """How many of this process's CPUs other processes left free since the last call."""
 
     def __init__(self):
-        self._last = self._read()
+        self._last = self._read()[1:]
 
     @staticmethod
     def _read() -> tuple[int, tuple[float, float] | None, float]:
+        """(CPUs this process may use, cpu_times of them, this process's CPU seconds)."""
         cpus = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set(range(os.cpu_count() or 1))
         return len(cpus), cpu_times(cpus), time.process_time()
 
     def __call__(self) -> int | None:
         """The CPUs left (rounded to the nearest, at least 1) over the time since the last call,
         or None when /proc/stat cannot be read or no tick has passed."""
-        (n, now, own), (_, then, own0) = self._read(), self._last
-        if now is None or then is None or now[1] <= then[1]:
+        n, now, own = self._read()
+        then, own0 = self._last
+        if now is None or (then is not None and now[1] <= then[1]):
             return None
-        self._last = (n, now, own)
+        self._last = (now, own)
+        if then is None:  # the first readable call: the window starts here
+            return None
         per_cpu_s = (now[1] - then[1]) / n
         others = ((now[0] - then[0]) - (own - own0)) / per_cpu_s
         return int(min(n, max(1, math.floor(n - max(0.0, others) + 0.5))))
