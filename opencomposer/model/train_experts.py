@@ -14,6 +14,11 @@ F.linear, chunk, silu and mul (same operands, same order, so the same bits:
 tests/model/test_model.py compares them), writing weight gradients straight into one [E, ...]
 tensor per parameter and the rows' gradient into one [M, D] tensor.
 
+Under autocast (pretraining's, SFT's and the RL trainer's `dtype: bfloat16`) the node runs in the
+autocast dtype, forward and backward: the rows and both weights are cast on entry, and the weight
+gradients come back in that dtype and are cast to the parameters' float32 by autograd, as for any
+autocast linear.
+
 Not covered: double backward (nothing here differentiates twice), and experts that received no
 rows, whose gradient is an exact zero as under autograd.
 """
@@ -30,6 +35,17 @@ class _GroupedSwiGLU(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x_MD: torch.Tensor, gate_up_EFD: torch.Tensor, down_EDF: torch.Tensor,
                 counts: list[int]) -> torch.Tensor:
+        device = x_MD.device.type
+        if torch.is_autocast_enabled(device):
+            # Autocast would cast the forward's F.linear operands but not the backward's mm calls (a
+            # node's backward runs outside the autocast region): the whole node runs in its dtype.
+            dtype = torch.get_autocast_dtype(device)
+            x_MD, gate_up_EFD, down_EDF = x_MD.to(dtype), gate_up_EFD.to(dtype), down_EDF.to(dtype)
+        with torch.autocast(device, enabled=False):
+            return _GroupedSwiGLU._forward(ctx, x_MD, gate_up_EFD, down_EDF, counts)
+
+    @staticmethod
+    def _forward(ctx, x_MD, gate_up_EFD, down_EDF, counts):
         outs, saved, start = [], [], 0
         for e, n in enumerate(counts):
             if n == 0:

@@ -50,7 +50,7 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Literal
 
 import numpy as np
 import torch
@@ -182,6 +182,9 @@ class SFTConfig(Section):
     """Validation loss every N steps (and at the end)."""
     log: SFTLogConfig = SFTLogConfig()
     """The printed progress lines."""
+    dtype: Literal["float32", "bfloat16"] = "float32"
+    """Compute dtype of the training steps: bfloat16 autocasts the matmuls and attention (weights, optimizer,
+    norms and the loss's softmax stay float32; the validation loss is computed in float32)."""
     deterministic: bool = True
     """torch.use_deterministic_algorithms: a resumed run repeats the uninterrupted one."""
 
@@ -497,7 +500,8 @@ def _train_step(r: _Run, cfg: SFTConfig, batch: list[tuple[np.ndarray, np.ndarra
     """One optimizer step on `batch`: (loss, sft_loss's stats, grad norm, tokens in the padded batch)."""
     set_lr(r.optimizer, lr)
     ids, mask = collate(batch, r.pad)
-    loss, stats = sft_loss(r.model, ids, mask, cfg.mtp, [len(x) for x, _ in batch])
+    with torch.autocast(r.device.type, dtype=torch.bfloat16, enabled=cfg.dtype == "bfloat16"):
+        loss, stats = sft_loss(r.model, ids, mask, cfg.mtp, [len(x) for x, _ in batch])
     loss.backward()
     grad_norm = torch.nn.utils.clip_grad_norm_(r.model.parameters(), cfg.optim.grad_clip or float("inf"))
     r.optimizer.step()

@@ -153,6 +153,11 @@ class TrainConfig(Section):
     replay_min_ratio: float | None = Field(0.1, ge=0, le=1)
     """Plausibility threshold: a replayed expert with p < ratio × the router's k-th probability is
     replaced by the router's choice (None: replay everything). 0.1 is OURS (the report gives none)."""
+    dtype: Literal["float32", "bfloat16"] = "float32"
+    """Compute dtype of the trainer's forward and backward: bfloat16 autocasts the matmuls and attention
+    (weights, optimizer, norms, the router's softmax and the output head with its log-softmax stay float32).
+    The trainer's log-probabilities then differ from a float32 engine's by bfloat16's rounding
+    (mismatch/abs_logp_diff shows how much)."""
     optim: OptimConfig = OptimConfig()
     """The optimiser (opencomposer/config.py's shared section, with its RL defaults)."""
 

@@ -282,14 +282,16 @@ class Trainer:
         share runs once."""
         ratio = self.train_cfg.replay_min_ratio if replay else None
         Bm, Tm = mb.target_ids_BT.shape
-        if packed is None:
-            out = model(mb.input_ids_BT, routed_experts=mb.routed_BTYK if replay else None, replay_min_ratio=ratio,
-                        compute_logits=False)
-            hidden_ND, replaced = out.hidden.flatten(0, 1), out.replaced_experts
-            idx_BT = torch.arange(Bm * Tm, device=hidden_ND.device).view(Bm, Tm)
-        else:
-            hidden_ND, _, replaced = forward_packed(model, packed, replay, ratio, compute_logits=False)
-            idx_BT = packed.index_BT[:, :Tm]
+        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.train_cfg.dtype == "bfloat16"):
+            if packed is None:
+                out = model(mb.input_ids_BT, routed_experts=mb.routed_BTYK if replay else None,
+                            replay_min_ratio=ratio, compute_logits=False)
+                hidden_ND, replaced = out.hidden.flatten(0, 1), out.replaced_experts
+            else:
+                hidden_ND, _, replaced = forward_packed(model, packed, replay, ratio, compute_logits=False)
+        # the output head and its log-softmax run in float32 whatever train.dtype
+        idx_BT = packed.index_BT[:, :Tm] if packed is not None else \
+            torch.arange(Bm * Tm, device=hidden_ND.device).view(Bm, Tm)
         mask = mb.mask_BT
         pos_U, inv_M = torch.unique(idx_BT[mask], return_inverse=True)
         logp_M, ent_U = head_logprobs(model.lm_head, hidden_ND[pos_U], inv_M, mb.target_ids_BT[mask],

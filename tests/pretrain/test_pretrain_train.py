@@ -47,6 +47,22 @@ def test_mtp_and_main_losses_fall(make_config, mode, fell):
     assert _mean([r["loss_main"] for r in rows[-4:]]) < _mean([r["loss_main"] for r in rows[:4]]) - 0.3
 
 
+def test_bfloat16_autocast_trains_the_moe_model_close_to_float32(make_config, tmp_path):
+    """dtype bfloat16 (configs/pretrain/gpu_small.yaml's): the routed experts' grouped backward used to
+    meet bfloat16 gradients with float32 weights and stop. Now the run finishes, its weights stay
+    float32, and its losses follow float32's within bfloat16's rounding."""
+    losses = {}
+    for dtype in ("float32", "bfloat16"):
+        cfg = parse_config(make_config(dtype=dtype, run={"out_dir": str(tmp_path / dtype), "seed": 0, "num_threads": 1}))
+        train(cfg)
+        losses[dtype] = [r["loss_main"] for r in read_metrics(cfg.run.out_dir) if "loss_main" in r]
+        model = load_pretrained(f"{cfg.run.out_dir}/checkpoints/step_0000008/model")
+        assert all(p.dtype == torch.float32 and torch.isfinite(p).all() for p in model.parameters())
+    assert len(losses["bfloat16"]) == len(losses["float32"]) == 8
+    assert losses["bfloat16"] != losses["float32"]  # the matmuls did run in bfloat16
+    assert losses["bfloat16"] == pytest.approx(losses["float32"], abs=0.05), losses
+
+
 def test_mtp_modules_are_untouched_before_start_step(make_config, tmp_path):
     cfg = parse_config(make_config(mtp={"mode": "distill", "start_step": 4}, checkpoint={"every_steps": 4,
                                                                                        "keep_last": 5}))

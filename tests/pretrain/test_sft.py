@@ -127,6 +127,21 @@ def test_sft_lowers_the_masked_loss_and_publishes_a_servable_model(tmp_path, col
     assert summary["data"]["examples"] == 4 and summary["data"]["assistant_tokens"] > 0
 
 
+def test_bfloat16_sft_follows_float32_and_keeps_float32_weights(tmp_path, collected, base_model):
+    """dtype bfloat16: the packed forward (segment attention, grouped experts, MTP) under autocast,
+    float32 weights and optimizer; its losses follow float32's within bfloat16's rounding."""
+    losses = {}
+    for dtype in ("float32", "bfloat16"):
+        cfg = load_config(config(tmp_path / dtype, base_model, collected[1], steps=6, checkpoint_every=6, dtype=dtype))
+        summary = train_sft(cfg)
+        losses[dtype] = [json.loads(line)["loss_main"] for line in
+                         (tmp_path / dtype / "run" / "metrics.jsonl").read_text().splitlines() if "loss_main" in line]
+        model = load_pretrained(Path(summary["model_dir"]))
+        assert all(p.dtype == torch.float32 and torch.isfinite(p).all() for p in model.parameters())
+    assert len(losses["bfloat16"]) == 6 and losses["bfloat16"] != losses["float32"]
+    assert losses["bfloat16"] == pytest.approx(losses["float32"], rel=0.03), losses
+
+
 @pytest.mark.slow
 def test_killed_run_resumes_to_the_uninterrupted_result(tmp_path, collected, base_model):
     full = load_config(config(tmp_path / "a", base_model, collected[1]))

@@ -67,3 +67,22 @@ def test_bfloat16_runs_close_to_float32():
     out = SegmentAttention(SEGMENTS)(q, k, v)
     out16 = SegmentAttention(SEGMENTS)(*(t.detach().bfloat16().requires_grad_() for t in (q, k, v)))
     torch.testing.assert_close(out16.float(), out, rtol=0.05, atol=0.05)
+
+
+def test_under_autocast_mixed_dtypes_run_in_the_autocast_dtype():
+    """Under autocast the model hands over q and k in float32 (RoPE's tables promote them) and v in
+    bfloat16 (a projection's output): the kernel gets one dtype, and the gradients reach each input
+    in its own dtype, close to float32's."""
+    q, k, v = row(SEGMENTS)
+    v16 = v.detach().bfloat16().requires_grad_()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = SegmentAttention(SEGMENTS)(q, k, v16)
+    assert out.dtype == torch.bfloat16
+    g = torch.randn_like(out, dtype=torch.float32)
+    gq, gk, gv = torch.autograd.grad(out, (q, k, v16), g.bfloat16())
+    assert (gq.dtype, gk.dtype, gv.dtype) == (torch.float32, torch.float32, torch.bfloat16)
+    ref = reference(q, k, v, SEGMENTS)
+    ref_gq, ref_gk, ref_gv = torch.autograd.grad(ref, (q, k, v), g)
+    torch.testing.assert_close(out.float(), ref, rtol=0.05, atol=0.05)
+    for a, b in ((gq, ref_gq), (gk, ref_gk), (gv.float(), ref_gv)):
+        torch.testing.assert_close(a, b, rtol=0.1, atol=0.1)
