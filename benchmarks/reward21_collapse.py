@@ -15,7 +15,9 @@ compute_advantages, on a two-action policy instead of a language model (seconds 
 
 Rule "all" is today's reward (the penalty counts in every group); rule "gated" is one candidate
 fix: a group with no success gets zero advantages (correctness alone has no signal there, and
-the penalty is not allowed to speak where it cannot be weighed against a success). This is a
+the penalty is not allowed to speak where it cannot be weighed against a success). Row
+"successes_only" is the other: every group counts, but the length term is charged to successes
+only (reward.length_scope "correct"), so failures are never ranked by length. This is a
 toy of the mechanism, not the demo's magnitudes: the demo's own figures need the real RL stage.
 
     PYTHONPATH=. python benchmarks/reward21_collapse.py --json
@@ -90,6 +92,8 @@ def main() -> None:
     a = ap.parse_args()
     cfg = old_penalty_config()
     out = {r: simulate(r, cfg, p_solve=a.p_solve, steps=a.steps, seed=a.seed) for r in ("all", "gated")}
+    out["successes_only"] = simulate("all", cfg.model_copy(update={"length_scope": "correct"}), p_solve=a.p_solve,
+                                     steps=a.steps, seed=a.seed)
     out["correctness_only"] = simulate("all", RewardConfig(length_coef=0, failed_tool_call_coef=0,
                                                            malformed_tool_call_coef=0, kl_coef=0),
                                        p_solve=a.p_solve, steps=a.steps, seed=a.seed)

@@ -179,6 +179,9 @@ class RLStage(Section):
     """k of the length penalty C(x) = ((1+kx)^(1-q) - 1)/(k(1-q)) (rl.reward.length_k)."""
     length_q: float = Field(1.0, ge=0)
     """q of the length penalty: 0 linear, 1 logarithmic, > 0 concave (rl.reward.length_q)."""
+    length_scope: Literal["all", "correct"] = "all"
+    """rl.reward.length_scope: "correct" charges the length penalty to successes only, scaled by
+    correctness and capped at it, so failures are not ranked by length (issue 21)."""
     zero_failed_groups: bool = False
     """rl.advantage.zero_failed_groups: groups with no success get advantage 0, so the length and
     tool-error penalties cannot rank failures (the quitting collapse, issue 21). No effect while
@@ -475,7 +478,8 @@ class Pipeline:
             "train": {"max_steps": r.steps, "micro_batch_size": r.micro_batch_size, "frozen": r.frozen,
                       "optim": {"lr": r.lr, "warmup_steps": r.warmup_steps, "min_lr_ratio": r.min_lr_ratio}},
             "reward": {"kl_coef": r.kl_coef, "length_coef": r.length_coef, "failed_tool_call_coef": r.tool_error_coef,
-                       "malformed_tool_call_coef": r.tool_error_coef, "length_k": r.length_k, "length_q": r.length_q},
+                       "malformed_tool_call_coef": r.tool_error_coef, "length_k": r.length_k, "length_q": r.length_q,
+                       "length_scope": r.length_scope},
             **({"advantage": {"zero_failed_groups": True}} if r.zero_failed_groups else {}),
             "checkpoint": {"every_steps": max(1, r.steps // 4), "keep_last": 2},
             "log": {"tensorboard": False},

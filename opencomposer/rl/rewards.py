@@ -113,6 +113,10 @@ class RewardConfig(Section):
     """k: C(x) ≈ x while x ≪ 1/k = 1,000 token equivalents, and bends beyond. OURS."""
     length_q: float = Field(1.0, ge=0)
     """q: curvature; 0 = linear, 1 = logarithmic (default), > 1 = bounded. OURS."""
+    length_scope: Literal["all", "correct"] = "all"
+    """Where λ·C(x) applies. "all": every rollout. "correct": scaled by the rollout's correctness c
+    and capped at w_c, −c·min(λ·C(x), w_c): failures are not ranked by length (the quitting
+    collapse, docs/demo-design.md "Issue 21") and no success falls below a failure. OURS."""
     effort: EffortWeights = EffortWeights()
     """Weights of the effort x."""
     failed_tool_call_coef: float = Field(0.01, ge=0)
@@ -174,7 +178,8 @@ def effort(inputs: RewardInputs, w: EffortWeights) -> float:
 
 
 def compute_reward(inputs: RewardInputs, cfg: RewardConfig, kl_sum: float = 0.0) -> RewardBreakdown:
-    """r = w_c·correctness − min(Σ aux, cap) − λ·C(x) − β·kl_sum.
+    """r = w_c·correctness − min(Σ aux, cap) − λ·C(x) − β·kl_sum (cfg.length_scope "correct":
+    −c·min(λ·C(x), w_c) in place of −λ·C(x)).
 
     kl_sum is the trajectory's Σ_t kl_t over its generated tokens (losses.kl_in_reward with
     cfg.kl_estimator); it is a number, not a tensor: the KL-in-reward term carries no gradient.
@@ -192,6 +197,8 @@ def compute_reward(inputs: RewardInputs, cfg: RewardConfig, kl_sum: float = 0.0)
     aux = max(failed + malformed + todos, -cfg.max_auxiliary_penalty)
     x = effort(inputs, cfg.effort)
     length = -cfg.length_coef * length_penalty(x, cfg.length_k, cfg.length_q)
+    if cfg.length_scope == "correct":
+        length = max(length, -cfg.correctness_weight) * correct
     kl = -cfg.kl_coef * kl_sum
     correctness = cfg.correctness_weight * correct
     return RewardBreakdown(correctness=correctness, failed_tool_calls=failed, malformed_tool_calls=malformed,

@@ -26,6 +26,14 @@ def test_penalty_in_every_group_collapses_and_gating_it_does_not():
     assert collapsed["p_work_end"] < 0.5 < 0.85 < gated["p_work_end"]
 
 
+def test_the_penalty_on_successes_only_does_not_collapse_either():
+    """reward.length_scope "correct": failures are not ranked by length, so the penalty in every
+    group (no gating) leaves working as likely as correctness alone does."""
+    scoped = old_penalty_config().model_copy(update={"length_scope": "correct"})
+    assert compute_reward(QUIT, scoped).length_penalty == compute_reward(work(False), scoped).length_penalty == 0
+    assert simulate("all", scoped, p_solve=0.1, steps=200)["p_work_end"] > 0.85
+
+
 def _sample(reward, group, traj, correct):
     import numpy as np
     from opencomposer.rl.buffer import Sample

@@ -147,3 +147,19 @@ def test_broadcast_to_segments_gives_each_segment_its_trajectory_value():
     assert broadcast_to_segments([1.0, -0.5], [0, 0, 1, 0]) == [1.0, 1.0, -0.5, 1.0]
     out = broadcast_to_segments(torch.tensor([1.0, -0.5]), torch.tensor([1, 0, 1]))
     torch.testing.assert_close(out, torch.tensor([-0.5, 1.0, -0.5]))
+
+
+def test_length_scope_correct_charges_successes_only_and_never_below_a_failure():
+    """length_scope "correct": −c·min(λ·C(x), w_c). A failure has no length term whatever its
+    effort; a success keeps the whole term until it would reach w_c, where it is capped."""
+    all_ = _cfg()
+    scoped = _cfg(length_scope="correct")
+    win = compute_reward(_inputs(), scoped)
+    assert win.length_penalty == pytest.approx(compute_reward(_inputs(), all_).length_penalty) == pytest.approx(-0.08)
+    short, long = (compute_reward(_inputs(resolved=False, thinking_tokens=n), scoped) for n in (4, 400))
+    assert short.length_penalty == long.length_penalty == 0.0 and short.total == long.total
+    huge = compute_reward(_inputs(thinking_tokens=10**9), _cfg(length_scope="correct", length_coef=1.0))
+    assert huge.length_penalty == pytest.approx(-1.0)
+    assert huge.correctness + huge.length_penalty >= short.correctness + short.length_penalty
+    half = compute_reward(_inputs(tests_passed_fraction=0.5), _cfg(length_scope="correct", correctness="tests_passed"))
+    assert half.length_penalty == pytest.approx(-0.04)
