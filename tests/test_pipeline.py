@@ -193,3 +193,26 @@ def test_the_rl_stage_runs_through_the_ray_runner(tmp_path):
     rows = [json.loads(x) for x in (p.paths["eval_rl"] / "results.jsonl").read_text().splitlines()]
     assert len(rows) == 3 and all(r["status"] == "done" for r in rows)
     assert not ray.is_initialized()  # the stage stops the instance it started
+
+
+def test_the_rl_stage_passes_the_reward_fields_to_the_rl_run(tmp_path, monkeypatch):
+    """rl.length_* and the advantage gate reach the RL run's config (captured before it runs)."""
+    import opencomposer.rl.launch as launch
+
+    cfg = load_config(None, [f"run.out_dir={tmp_path / 'demo'}", *MINI, "run.num_threads=1", "run.train_threads=1",
+                             "rl.length_coef=1e-3", "rl.length_scope=correct", "rl.length_q=0.5",
+                             "rl.zero_failed_groups=true"])
+    p = Pipeline(cfg, Console(file=io.StringIO(), width=200))
+    p.run(until="eval_sft")
+    seen = {}
+
+    def capture(rl_cfg, resume):
+        seen["cfg"] = rl_cfg
+        raise RuntimeError("captured")
+
+    monkeypatch.setattr(launch, "run_rl", capture)
+    with pytest.raises(RuntimeError, match="captured"):
+        p._rl()
+    r = seen["cfg"].reward
+    assert (r.length_coef, r.length_scope, r.length_q) == (1e-3, "correct", 0.5)
+    assert seen["cfg"].advantage.zero_failed_groups
