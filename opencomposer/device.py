@@ -9,6 +9,9 @@ and the trainer run on the device of the model they are given. On the CPU every 
 no-op, so CPU results are the same bits with or without this field. Ray actors do not read
 it: they compute on a GPU exactly when Ray gave them one (agentic.ray.*_gpus), see
 rl/ray_runner.py. Left out: choosing one of several GPUs (set CUDA_VISIBLE_DEVICES), MPS/XPU.
+
+And how a training step computes there: the `dtype` field of pretraining, SFT and the RL trainer
+(`autocast`), and the cast that custom kernels and autograd nodes need under it (`in_autocast_dtype`).
 """
 
 from __future__ import annotations
@@ -22,6 +25,29 @@ if TYPE_CHECKING:
 
 DeviceName = Literal["auto", "cpu", "cuda"]
 """A config's `device` field (configs import this without importing torch)."""
+
+
+ComputeDtype = Literal["float32", "bfloat16"]
+"""A training config's `dtype` field (pretraining, SFT, the RL trainer)."""
+
+
+def autocast(device: "torch.device", dtype: ComputeDtype):
+    """The region of a training step's forward: bfloat16 autocast, or a disabled one for float32."""
+    import torch
+
+    return torch.autocast(device.type, dtype=torch.bfloat16, enabled=dtype == "bfloat16")
+
+
+def in_autocast_dtype(*tensors: "torch.Tensor") -> tuple["torch.Tensor", ...]:
+    """The tensors in the autocast dtype of their device when autocast is on there, else as they are:
+    for custom kernels and autograd nodes that take one dtype, which autocast does not cast for them."""
+    import torch
+
+    device = tensors[0].device.type
+    if not torch.is_autocast_enabled(device):
+        return tensors
+    dtype = torch.get_autocast_dtype(device)
+    return tuple(t.to(dtype) for t in tensors)
 
 
 def resolve_device(name: DeviceName, field: str = "device") -> "torch.device":

@@ -28,6 +28,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from opencomposer.device import in_autocast_dtype
+
 
 class _GroupedSwiGLU(torch.autograd.Function):
     """y_MD = per group e: down_e(silu(gate_e(x)) * up_e(x)) over rows start_e .. start_e + n_e."""
@@ -35,13 +37,10 @@ class _GroupedSwiGLU(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x_MD: torch.Tensor, gate_up_EFD: torch.Tensor, down_EDF: torch.Tensor,
                 counts: list[int]) -> torch.Tensor:
-        device = x_MD.device.type
-        if torch.is_autocast_enabled(device):
-            # Autocast would cast the forward's F.linear operands but not the backward's mm calls (a
-            # node's backward runs outside the autocast region): the whole node runs in its dtype.
-            dtype = torch.get_autocast_dtype(device)
-            x_MD, gate_up_EFD, down_EDF = x_MD.to(dtype), gate_up_EFD.to(dtype), down_EDF.to(dtype)
-        with torch.autocast(device, enabled=False):
+        # Autocast would cast the forward's F.linear operands but not the backward's mm calls (a
+        # node's backward runs outside the autocast region): the whole node runs in its dtype.
+        x_MD, gate_up_EFD, down_EDF = in_autocast_dtype(x_MD, gate_up_EFD, down_EDF)
+        with torch.autocast(x_MD.device.type, enabled=False):
             return _GroupedSwiGLU._forward(ctx, x_MD, gate_up_EFD, down_EDF, counts)
 
     @staticmethod

@@ -28,6 +28,7 @@ from pydantic import Field, ValidationError, model_validator
 from opencomposer.config import (REQUIRED, CheckpointConfig, LogConfig, OptimConfig, RunConfig, Section,
                                  check_renamed, format_errors, require_tensorboard, resolve_relative, variant)
 from opencomposer.config import load_config as _load
+from opencomposer.device import ComputeDtype
 from opencomposer.errors import ConfigError
 
 
@@ -148,7 +149,7 @@ class PretrainConfig(Section):
     """Held-out sequences per evaluation (at the current phase's seq_len)."""
     parallel: Literal["ddp", "fsdp"] = "ddp"
     """Under torchrun (WORLD_SIZE > 1): DistributedDataParallel, or FSDP2 fully_shard per block."""
-    dtype: Literal["float32", "bfloat16"] = "float32"
+    dtype: ComputeDtype = "float32"
     """Compute dtype: bfloat16 autocasts matmuls (weights and optimizer stay float32)."""
     deterministic: bool = True
     """torch.use_deterministic_algorithms: a resumed run repeats the uninterrupted one exactly."""

@@ -50,7 +50,7 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Literal
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -62,7 +62,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from opencomposer.config import (REQUIRED, CheckpointConfig, LogConfig, OptimConfig, RunConfig, Section, dump_config,
                                  variant)
 from opencomposer.config import load_config as _load
-from opencomposer.device import resolve_device
+from opencomposer.device import ComputeDtype, autocast, resolve_device
 from opencomposer.errors import ConfigError
 from opencomposer.harness.trajectory import Trajectory, read_jsonl
 from opencomposer.model import Transformer, load_pretrained
@@ -182,7 +182,7 @@ class SFTConfig(Section):
     """Validation loss every N steps (and at the end)."""
     log: SFTLogConfig = SFTLogConfig()
     """The printed progress lines."""
-    dtype: Literal["float32", "bfloat16"] = "float32"
+    dtype: ComputeDtype = "float32"
     """Compute dtype of the training steps: bfloat16 autocasts the matmuls and attention (weights, optimizer,
     norms and the loss's softmax stay float32; the validation loss is computed in float32)."""
     deterministic: bool = True
@@ -500,7 +500,7 @@ def _train_step(r: _Run, cfg: SFTConfig, batch: list[tuple[np.ndarray, np.ndarra
     """One optimizer step on `batch`: (loss, sft_loss's stats, grad norm, tokens in the padded batch)."""
     set_lr(r.optimizer, lr)
     ids, mask = collate(batch, r.pad)
-    with torch.autocast(r.device.type, dtype=torch.bfloat16, enabled=cfg.dtype == "bfloat16"):
+    with autocast(r.device, cfg.dtype):
         loss, stats = sft_loss(r.model, ids, mask, cfg.mtp, [len(x) for x, _ in batch])
     loss.backward()
     grad_norm = torch.nn.utils.clip_grad_norm_(r.model.parameters(), cfg.optim.grad_clip or float("inf"))

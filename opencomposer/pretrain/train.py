@@ -49,6 +49,7 @@ from torch import nn
 
 from opencomposer.config import dump_config
 from opencomposer.device import DeviceName, resolve_device
+from opencomposer.device import autocast as compute_autocast
 from opencomposer.errors import ConfigError
 from opencomposer.model import ModelConfig, Transformer, load_pretrained
 from opencomposer.model.model import rope_frequencies
@@ -322,7 +323,7 @@ def _set_up(cfg: PretrainConfig, resume: bool, d: DistInfo) -> _Run:
     optimizer = make_optimizer(loss_module, cfg)
     if state:
         ckpt.load_optimizer_state(runner, optimizer, state["optimizer"], sharded)
-    autocast = torch.autocast(d.device.type, dtype=torch.bfloat16, enabled=cfg.dtype == "bfloat16")
+    autocast = compute_autocast(d.device, cfg.dtype)
     return _Run(cfg, d, run_dir, tok, corpus, model, base, loss_module, runner, sharded, optimizer, autocast, state,
                 resumed=found is not None)
 

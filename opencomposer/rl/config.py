@@ -34,6 +34,7 @@ from pydantic import BaseModel, Field, model_serializer, model_validator
 from opencomposer.config import LogConfig as SharedLogConfig
 from opencomposer.config import (CheckpointConfig, OptimConfig, RunConfig, Section, load_config,
                                  require_tensorboard, resolve_relative, variant)
+from opencomposer.device import ComputeDtype
 from opencomposer.engine.vllm_server import VLLMConfig
 from opencomposer.rl.advantages import AdvantageConfig
 from opencomposer.rl.losses import PolicyLossConfig
@@ -153,7 +154,7 @@ class TrainConfig(Section):
     replay_min_ratio: float | None = Field(0.1, ge=0, le=1)
     """Plausibility threshold: a replayed expert with p < ratio × the router's k-th probability is
     replaced by the router's choice (None: replay everything). 0.1 is OURS (the report gives none)."""
-    dtype: Literal["float32", "bfloat16"] = "float32"
+    dtype: ComputeDtype = "float32"
     """Compute dtype of the trainer's forward and backward: bfloat16 autocasts the matmuls and attention
     (weights, optimizer, norms, the router's softmax and the output head with its log-softmax stay float32).
     The trainer's log-probabilities then differ from a float32 engine's by bfloat16's rounding

@@ -51,6 +51,7 @@ import numpy as np
 import torch
 
 from opencomposer.rl.config import ModelSourceConfig, RLConfig, TrainConfig
+from opencomposer.device import autocast
 from opencomposer.errors import ConfigError
 from opencomposer.model import ModelConfig, Transformer, load_pretrained
 from opencomposer.rl.advantages import AdvantageConfig, compute_advantages, degenerate_groups
@@ -282,7 +283,7 @@ class Trainer:
         share runs once."""
         ratio = self.train_cfg.replay_min_ratio if replay else None
         Bm, Tm = mb.target_ids_BT.shape
-        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.train_cfg.dtype == "bfloat16"):
+        with autocast(self.device, self.train_cfg.dtype):
             if packed is None:
                 out = model(mb.input_ids_BT, routed_experts=mb.routed_BTYK if replay else None,
                             replay_min_ratio=ratio, compute_logits=False)

@@ -39,6 +39,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from opencomposer.device import in_autocast_dtype
+
 _flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
 _flash_backward = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward
 
@@ -67,11 +69,9 @@ class SegmentAttention:
         self.runs = _prefix_runs(segments)   # the same for every layer
 
     def __call__(self, q_1HNC: torch.Tensor, k_1GNC: torch.Tensor, v_1GNC: torch.Tensor) -> torch.Tensor:
-        device = q_1HNC.device.type
-        if torch.is_autocast_enabled(device):  # the kernel takes one dtype; RoPE's float32 tables promote q and k
-            dtype = torch.get_autocast_dtype(device)
-            q_1HNC, k_1GNC, v_1GNC = q_1HNC.to(dtype), k_1GNC.to(dtype), v_1GNC.to(dtype)
-        if device == "cpu":
+        # the kernel takes one dtype; under autocast RoPE's float32 tables promote q and k
+        q_1HNC, k_1GNC, v_1GNC = in_autocast_dtype(q_1HNC, k_1GNC, v_1GNC)
+        if q_1HNC.device.type == "cpu":
             return _CPUSegmentAttention.apply(q_1HNC, k_1GNC, v_1GNC, self.segments, self.runs)
         return masked_segment_attention(q_1HNC, k_1GNC, v_1GNC, self.segments)
 
