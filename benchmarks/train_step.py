@@ -1,7 +1,7 @@
 """The train step at the demo's shapes: trainer seconds per RL step, SFT seconds per step.
 
     .venv/bin/python benchmarks/train_step.py [--json] [--repeats 3] [--only rl|sft]
-        [--rl-threads 1] [--sft-threads 2] [--flops]
+        [--rl-threads 1] [--sft-threads 2] [--flops] [--dtype float32|bfloat16]
 
 Without the full `make demo`: the demo's model (pipeline.DEFAULT_MODEL, vocabulary 2,048, MTP
 module included, random weights, seeded) and batches shaped like the demo's, built from
@@ -127,19 +127,19 @@ def _median(times: list[float]) -> float:
     return statistics.median(times)
 
 
-def rl_trainer():
+def rl_trainer(dtype: str = "float32"):
     """The RL stage's trainer: its train section, β = 0 (no reference model), default loss."""
     from opencomposer.rl.config import TrainConfig
     from opencomposer.rl.rewards import RewardConfig
     from opencomposer.rl.trainer import Trainer
 
-    return Trainer(demo_model(), TrainConfig(micro_batch_size=MICRO_BATCH, optim={"lr": RL_LR}),
+    return Trainer(demo_model(), TrainConfig(micro_batch_size=MICRO_BATCH, optim={"lr": RL_LR}, dtype=dtype),
                    reward=RewardConfig(kl_coef=0.0))
 
 
-def run_rl(repeats: int, threads: int) -> dict:
+def run_rl(repeats: int, threads: int, dtype: str = "float32") -> dict:
     torch.set_num_threads(threads)
-    trainer = rl_trainer()
+    trainer = rl_trainer(dtype)
     groups = rl_groups()
     times, cpu, m = [], [], {}
     for r in range(repeats + 1):
@@ -154,22 +154,22 @@ def run_rl(repeats: int, threads: int) -> dict:
             "skipped_samples": m["samples/skipped_zero_advantage"]}
 
 
-def sft_setup():
+def sft_setup(dtype: str = "float32"):
     from opencomposer.pretrain import sft
     from opencomposer.pretrain.train import make_optimizer, use_deterministic_algorithms
 
     cfg = sft.load_config(None, data={"run": {"out_dir": "unused"}, "init_from": "unused", "steps": 1200,
                                       "batch_size": SFT_BATCH, "optim": {"lr": SFT_LR, "warmup_steps": 10},
-                                      "mtp": None})
+                                      "mtp": None, "dtype": dtype})
     use_deterministic_algorithms()
     model = demo_model().train()
-    r = SimpleNamespace(model=model, optimizer=make_optimizer(model, cfg), pad=0)
+    r = SimpleNamespace(model=model, optimizer=make_optimizer(model, cfg), pad=0, device=torch.device("cpu"))
     return sft, cfg, r
 
 
-def run_sft(repeats: int, threads: int) -> dict:
+def run_sft(repeats: int, threads: int, dtype: str = "float32") -> dict:
     torch.set_num_threads(threads)
-    sft, cfg, r = sft_setup()
+    sft, cfg, r = sft_setup(dtype)
     batches = sft_batches(repeats + 1)
     times, cpu = [], []
     for i, batch in enumerate(batches):
@@ -235,12 +235,14 @@ def main() -> None:
     parser.add_argument("--rl-threads", type=int, default=1, help="the RL stage's run.num_threads")
     parser.add_argument("--sft-threads", type=int, default=2, help="the SFT stage's run.train_threads")
     parser.add_argument("--flops", action="store_true", help="add the CPU limit (matmul FLOPs / matmul rate)")
+    parser.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32",
+                        help="the steps' compute dtype (train.dtype / sft.dtype); --flops counts at float32's rate")
     args = parser.parse_args()
-    out: dict = {"code": str(Path(sys.modules["opencomposer"].__file__).parents[1])}
+    out: dict = {"code": str(Path(sys.modules["opencomposer"].__file__).parents[1]), "dtype": args.dtype}
     if args.only in (None, "rl"):
-        out["rl"] = run_rl(args.repeats, args.rl_threads)
+        out["rl"] = run_rl(args.repeats, args.rl_threads, args.dtype)
     if args.only in (None, "sft"):
-        out["sft"] = run_sft(args.repeats, args.sft_threads)
+        out["sft"] = run_sft(args.repeats, args.sft_threads, args.dtype)
     if args.flops:
         flops = step_flops()
         for name, threads in (("rl", args.rl_threads), ("sft", args.sft_threads)):
@@ -252,7 +254,7 @@ def main() -> None:
     if args.json:
         print(json.dumps(out))
         return
-    print(f"code: {out['code']}")
+    print(f"code: {out['code']} ({args.dtype})")
     for name in ("rl", "sft"):
         if name in out:
             o = out[name]

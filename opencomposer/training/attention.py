@@ -23,7 +23,9 @@ log-sum-exp: the kernel recomputes each block's probabilities as exp(score − l
 row term rowsum(dO·O) from them, which are exactly the merged softmax's, so each block's
 gradients are the whole attention's (tests/training/test_attention.py checks values and
 gradients against masked attention over the concatenated keys). Grouped-query heads go to the
-kernel as they are (it reads each key/value head for its H/G query heads).
+kernel as they are (it reads each key/value head for its H/G query heads). The CPU kernel runs
+in float32 whatever the step's dtype (a bfloat16 step casts q, k, v up and the output back): its
+bfloat16 backward takes ~4x its float32 time on these CPUs.
 
 Elsewhere (a GPU), each segment is one `scaled_dot_product_attention` over its concatenated
 keys with a bottom-right causal mask: the same values, computed with the framework's autograd
@@ -72,7 +74,11 @@ class SegmentAttention:
         # the kernel takes one dtype; under autocast RoPE's float32 tables promote q and k
         q_1HNC, k_1GNC, v_1GNC = in_autocast_dtype(q_1HNC, k_1GNC, v_1GNC)
         if q_1HNC.device.type == "cpu":
-            return _CPUSegmentAttention.apply(q_1HNC, k_1GNC, v_1GNC, self.segments, self.runs)
+            # in float32 whatever the dtype: the CPU kernel's bfloat16 backward is ~4x slower than its
+            # float32 one (docs/benchmarks.md, issue 23), which made a bfloat16 step slower than float32
+            o_1HNC = _CPUSegmentAttention.apply(q_1HNC.float(), k_1GNC.float(), v_1GNC.float(),
+                                                self.segments, self.runs)
+            return o_1HNC.to(q_1HNC.dtype)
         return masked_segment_attention(q_1HNC, k_1GNC, v_1GNC, self.segments)
 
 

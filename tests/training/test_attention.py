@@ -69,6 +69,21 @@ def test_bfloat16_runs_close_to_float32():
     torch.testing.assert_close(out16.float(), out, rtol=0.05, atol=0.05)
 
 
+def test_on_the_cpu_a_bfloat16_call_runs_the_kernel_in_float32():
+    """The CPU kernel's bfloat16 backward is ~4x slower than float32's, so bfloat16 inputs are cast
+    up: output and gradients are float32's on the same (bfloat16) values, rounded once at the end."""
+    q16, k16, v16 = (t.detach().bfloat16().requires_grad_() for t in row(SEGMENTS))
+    q32, k32, v32 = (t.detach().float().requires_grad_() for t in (q16, k16, v16))
+    out16, out32 = SegmentAttention(SEGMENTS)(q16, k16, v16), SegmentAttention(SEGMENTS)(q32, k32, v32)
+    assert out16.dtype == torch.bfloat16
+    assert torch.equal(out16, out32.bfloat16())
+    g = torch.randn_like(out32).bfloat16()
+    grads16 = torch.autograd.grad(out16, (q16, k16, v16), g)
+    grads32 = torch.autograd.grad(out32, (q32, k32, v32), g.float())
+    for a, b in zip(grads16, grads32):
+        assert a.dtype == torch.bfloat16 and torch.equal(a, b.bfloat16())
+
+
 def test_under_autocast_mixed_dtypes_run_in_the_autocast_dtype():
     """Under autocast the model hands over q and k in float32 (RoPE's tables promote them) and v in
     bfloat16 (a projection's output): the kernel gets one dtype, and the gradients reach each input
