@@ -91,13 +91,21 @@ def _wait_for(predicate, timeout_s: float) -> bool:
     return False
 
 
+def _default_signal_dispositions() -> None:
+    """The CLI as a terminal starts it: a suite run under `nohup` (SIGHUP ignored) or as a background
+    job of a script (SIGINT ignored) passes those dispositions on, and the CLI rightly keeps them."""
+    for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+        signal.signal(signum, signal.SIG_DFL)
+
+
 @pytest.mark.parametrize("backend", ["bwrap", "gvisor"])
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT], ids=lambda s: s.name)
 def test_a_signalled_cli_leaves_no_process_mount_cgroup_or_dir(project, store, backend, signum):
     marker = "7654321.5"
     cmd = [sys.executable, "-m", "opencomposer.cli", "sandbox", "exec", "--workspace", str(project),
            "--backend", backend, "--", "sh", "-c", f"touch /workspace/started; sleep {marker}"]
-    cli = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    cli = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           preexec_fn=_default_signal_dispositions)
     try:
         assert _wait_for(lambda: any(store.glob("ws/*/upper/started")), 60), "the command never started"
         assert mounts_under(store) and _own_cgroups(cli.pid)  # control: there is something to clean
