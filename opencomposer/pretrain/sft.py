@@ -184,7 +184,8 @@ class SFTConfig(Section):
     """The printed progress lines."""
     dtype: ComputeDtype = "float32"
     """Compute dtype of the training steps: bfloat16 autocasts the matmuls and attention (weights, optimizer,
-    norms and the loss's softmax stay float32; the validation loss is computed in float32)."""
+    norms and the loss's softmax stay float32; the validation loss is computed in float32; on a CPU
+    attention's kernel computes in float32, its bfloat16 backward being ~4x slower)."""
     deterministic: bool = True
     """torch.use_deterministic_algorithms: a resumed run repeats the uninterrupted one."""
 
