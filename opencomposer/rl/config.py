@@ -157,8 +157,9 @@ class TrainConfig(Section):
     dtype: ComputeDtype = "float32"
     """Compute dtype of the trainer's forward and backward: bfloat16 autocasts the matmuls and attention
     (weights, optimizer, norms, the router's softmax and the output head with its log-softmax stay float32;
-    on a CPU attention's kernel computes in float32, its bfloat16 backward being ~4x slower). The trainer's log-probabilities then differ from a float32 engine's by bfloat16's rounding
-    (mismatch/abs_logp_diff shows how much)."""
+    on a CPU attention's kernel computes in float32, its bfloat16 backward being ~4x slower). The trainer's
+    log-probabilities then differ from a float32 engine's by bfloat16's rounding (mismatch/abs_logp_diff
+    shows how much)."""
     optim: OptimConfig = OptimConfig()
     """The optimiser (opencomposer/config.py's shared section, with its RL defaults)."""
 
