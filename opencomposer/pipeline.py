@@ -142,6 +142,10 @@ class SFTStage(Section):
     turn); the rest make one call a turn (demo_family.demonstrator's habits, issue 21)."""
     verify_rate: float = Field(0.0, ge=0, le=1)
     """Share of the demonstrations that read the edited file again before answering (a needless turn)."""
+    parallel_choice_rate: float = Field(1.0, ge=0, le=1)
+    """Share of the batching demonstrations whose first turn (the batched reads) SFT learns from; on
+    the rest it learns to work from reads batched in one turn but not to choose them
+    (demo_family.demonstrator): few batched reads after SFT, and those completed."""
 
 
 class EvalStage(Section):
@@ -428,6 +432,7 @@ class Pipeline:
                      "agent": demo_agent(max_turns=self.cfg.tasks.max_turns).model_dump(mode="json"),
                      "concurrency": 2, "max_len": 1024, "val_examples": 16, "decoy_rate": c.decoy_rate,
                      "parallel_rate": c.parallel_rate, "verify_rate": c.verify_rate,
+                     "parallel_choice_rate": c.parallel_choice_rate,
                      "cache_dir": str(self.paths["cache"] / "sft")},
             "steps": c.steps, "batch_size": c.batch_size, "optim": {"lr": c.lr, "warmup_steps": c.warmup_steps},
             "mtp": {"mode": "distill", "weight": c.mtp_weight} if c.mtp_weight else None,

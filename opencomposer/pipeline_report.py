@@ -354,7 +354,8 @@ def _efficiency_section(s: dict, cfg) -> str:
 |---|---|---|---|---|---|---|---|
 {chr(10).join(rows)}
 
-Reward: correctness, length penalty lambda {r.length_coef} (k {r.length_k}, q {r.length_q}), KL beta {r.kl_coef},
+Reward: correctness, length penalty lambda {r.length_coef} (k {r.length_k}, q {r.length_q}; charged to
+{"successes only" if r.length_scope == "correct" else "every rollout"}), KL beta {r.kl_coef},
 tool-error penalty {r.tool_error_coef}, groups without a success zeroed: {r.zero_failed_groups}. The length
 penalty's share of |reward| over RL's rollouts: {_fmt(share['first'], '.1%')} at the first step,
 {_fmt(share['last'], '.1%')} at the last.
@@ -365,13 +366,24 @@ penalty's share of |reward| over RL's rollouts: {_fmt(share['first'], '.1%')} at
 
 def _demonstrator(s: dict, cfg) -> str:
     n = s["sft_decoy_demonstrations"]
-    if not n:
-        return "Every demonstration writes the gold fix (the oracle)."
-    return (f"**An imperfect demonstrator:** {n} of the {s['train_tasks']} demonstrations (sft.decoy_rate "
-            f"{cfg.sft.decoy_rate}) look the same but write a plausible wrong fix of the named line (the bug's "
-            f"decoy: another operator, the arguments swapped instead of the operator flipped), unmarked, as "
-            f"SFT data from people or models comes; SFT learns both, and only the grader's reward, i.e. RL, "
-            f"tells them apart.")
+    text = "Every demonstration writes the gold fix (the oracle)."
+    if n:
+        text = (f"**An imperfect demonstrator:** {n} of the {s['train_tasks']} demonstrations (sft.decoy_rate "
+                f"{cfg.sft.decoy_rate}) look the same but write a plausible wrong fix of the named line (the bug's "
+                f"decoy: another operator, the arguments swapped instead of the operator flipped), unmarked, as "
+                f"SFT data from people or models comes; SFT learns both, and only the grader's reward, i.e. RL, "
+                f"tells them apart.")
+    return text + _habits(cfg.sft)
+
+
+def _habits(sft) -> str:
+    """The demonstrator's turn habits (issue 21), when they are not the plain oracle's."""
+    if sft.parallel_rate == 1.0 and sft.verify_rate == 0.0:
+        return ""
+    choice = (f" (SFT learns the choice to batch the reads from {sft.parallel_choice_rate:.0%} of those, and "
+              f"what follows batched reads from all of them)" if sft.parallel_choice_rate < 1.0 else "")
+    return (f" Its habits: it batches its calls on {sft.parallel_rate:.0%} of the demonstrations{choice}, one "
+            f"call a turn on the rest, and reads the edited file again on {sft.verify_rate:.0%}.")
 
 
 def _html(md: str) -> str:

@@ -18,3 +18,16 @@ def test_outcomes_tell_the_decoy_fix_from_other_failures(tmp_path):
     (tmp_path / "eval").mkdir()
     write_jsonl(trajs, tmp_path / "eval" / "trajectories.jsonl")
     assert outcomes(tmp_path / "eval", tmp_path / "suite") == {"resolved": 1, "decoy": 1, "other": 2}
+
+
+def test_the_report_states_the_demonstrators_habits_when_it_has_them():
+    from opencomposer.pipeline import load_config
+    from opencomposer.pipeline_report import _habits
+
+    assert _habits(load_config().sft) == ""  # the plain oracle: nothing to state
+    cfg = load_config(None, ["sft.parallel_rate=0.5", "sft.parallel_choice_rate=0.08", "sft.verify_rate=0.5",
+                             "tasks.two_file_rate=0.5", "tasks.max_turns=7"])
+    text = _habits(cfg.sft)
+    assert "batches its calls on 50%" in text and "choice to batch the reads from 8%" in text and "again on 50%" in text
+    assert "choice" not in _habits(load_config(None, ["sft.parallel_rate=0.3", "tasks.two_file_rate=0.5",
+                                                      "tasks.max_turns=7"]).sft)

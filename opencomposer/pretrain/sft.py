@@ -15,7 +15,9 @@ the policy saw and sampled); a chat-level one (the oracle's) is encoded with
 `chat.encode_with_mask` over the segment's messages and the trajectory's tools, which gives
 the ids `_TokenContext` would have built for the same conversation: mask 1 on what the
 assistant writes after its role token (including <|im_end|>), 0 on system, user and tool
-turns. Rendered examples are cached as .npz under a key = hash(trajectory files, tokenizer,
+turns. A trajectory whose meta lists `untaught_turns` (indices of assistant turns, counted over the
+whole trajectory) has those turns' tokens masked out too: the demonstrator's way of showing a path
+without teaching the choice that opens it (`data.parallel_choice_rate`). Rendered examples are cached as .npz under a key = hash(trajectory files, tokenizer,
 max_len), so a second run starts in milliseconds. Examples longer than `max_len` are dropped
 (and counted).
 
@@ -120,6 +122,10 @@ class SFTDataConfig(Section):
     verify_rate: float = Field(0.0, ge=0, le=1)
     """Share of the tasks on which the demonstrator reads the edited file again before answering
     (one needless turn)."""
+    parallel_choice_rate: float = Field(1.0, ge=0, le=1)
+    """Share of the batching demonstrations whose first turn (the batched reads) is in the loss; on
+    the rest SFT learns what follows the batched reads, not the choice to batch them
+    (demo_family.demonstrator): a policy that rarely batches but completes the batched path."""
     agent: str | dict[str, Any] | None = None
     """AgentConfig YAML file or inline fields for collection; null: the demo's (demo_family.DEMO_AGENT)."""
     concurrency: int = Field(2, ge=1)
@@ -134,7 +140,8 @@ class SFTDataConfig(Section):
     @model_validator(mode="after")
     def _collection_needs_a_suite(self) -> "SFTDataConfig":
         # these fields shape the demonstrator's collection, which only a suite starts
-        unused = [k for k in ("generate", "grade", "decoy_rate", "parallel_rate", "verify_rate", "agent", "concurrency")
+        unused = [k for k in ("generate", "grade", "decoy_rate", "parallel_rate", "verify_rate", "parallel_choice_rate",
+                              "agent", "concurrency")
                   if getattr(self, k) != type(self).model_fields[k].default]
         if self.suite is None and unused:
             raise ValueError(f"data.{', data.'.join(unused)}: used only when collecting on data.suite, which is not set")
@@ -212,14 +219,36 @@ def load_config(path: str | Path | None, overrides: list[str] | tuple[str, ...] 
 # ----------------------------------------------------------------------------- rendering
 
 def render(traj: Trajectory, tok: Tokenizer) -> list[tuple[list[int], list[int]]]:
-    """(token ids, loss mask) per segment, as RL sees them (module docstring)."""
-    out = []
+    """(token ids, loss mask) per segment, as RL sees them, less the trajectory's untaught turns
+    (module docstring)."""
+    untaught, turn, out = set(traj.meta.get("untaught_turns", [])), 0, []
     for seg in traj.segments:
         if seg.token_ids is not None and seg.loss_mask is not None:
+            if untaught:
+                raise ConfigError(f"{traj.trajectory_id}: untaught_turns on a token-level segment (only the "
+                                  "demonstrator's chat-level trajectories carry them)")
             out.append((list(seg.token_ids), [int(m) for m in seg.loss_mask]))
-        else:
-            out.append(encode_with_mask(tok, seg.messages, traj.tools))
+            continue
+        ids, mask = encode_with_mask(tok, seg.messages, traj.tools)
+        for i, msg in enumerate(seg.messages):
+            if msg["role"] != "assistant":
+                continue
+            if turn in untaught:  # the turn's tokens: what encoding the conversation up to it adds
+                a = len(encode_with_mask(tok, seg.messages[:i], traj.tools)[0])
+                b_ids = encode_with_mask(tok, seg.messages[:i + 1], traj.tools)[0]
+                if ids[:len(b_ids)] != b_ids:
+                    raise ConfigError(f"{traj.trajectory_id}: the chat format does not encode a conversation's "
+                                      "prefix as the prefix of its ids; untaught_turns cannot be masked")
+                mask[a:len(b_ids)] = [0] * (len(b_ids) - a)
+            turn += 1
+        out.append((ids, mask))
     return out
+
+
+def _first_turn_batches(traj: Trajectory) -> bool:
+    """Whether the trajectory's first assistant turn makes more than one call."""
+    first = next((m for seg in traj.segments for m in seg.messages if m["role"] == "assistant"), {})
+    return len(first.get("tool_calls") or []) > 1
 
 
 def _keep(traj: Trajectory, resolved_only: bool) -> bool:
@@ -368,24 +397,27 @@ def prepare_data(cfg: SFTConfig, tok: Tokenizer, console: Console, backend=None)
             generate_tasks(d.generate.n, d.generate.seed, suite, difficulty=d.generate.difficulty, suite_name="demo-train")
             console.print(f"generated {d.generate.n} demo tasks in {suite}")
         out = Path(cfg.run.out_dir) / "sft_data" / TRAJECTORIES
-        from opencomposer.tasks.demo_family import demonstrator, habits, writes_decoy
+        from opencomposer.tasks.demo_family import demonstrator, habits, teaches_choice, writes_decoy
         from opencomposer.tasks.task import Suite
 
         n_tasks = len(Suite.load(suite).tasks)
         collected = read_jsonl(out) if out.is_file() else []
         for traj in collected:  # a resumed collection must keep its teacher
-            teacher = (traj.meta.get("decoy", False), traj.meta.get("parallel", True), traj.meta.get("verify", False))
-            if teacher != (writes_decoy(traj.task_id, d.decoy_rate, cfg.run.seed),
-                           *habits(traj.task_id, d.parallel_rate, d.verify_rate, cfg.run.seed)):
-                raise ConfigError(f"{out} was collected with another data.decoy_rate, parallel_rate, verify_rate or "
-                                  f"seed ({traj.task_id}); delete {out.parent} to collect again")
+            teacher = (traj.meta.get("decoy", False), traj.meta.get("parallel", True), traj.meta.get("verify", False),
+                       bool(traj.meta.get("untaught_turns")))
+            parallel, verify = habits(traj.task_id, d.parallel_rate, d.verify_rate, cfg.run.seed)
+            untaught = (parallel and _first_turn_batches(traj)
+                        and not teaches_choice(traj.task_id, d.parallel_choice_rate, cfg.run.seed))
+            if teacher != (writes_decoy(traj.task_id, d.decoy_rate, cfg.run.seed), parallel, verify, untaught):
+                raise ConfigError(f"{out} was collected with another data.decoy_rate, parallel_rate, verify_rate, "
+                                  f"parallel_choice_rate or seed ({traj.task_id}); delete {out.parent} to collect again")
         t0 = time.perf_counter()
         with Progress(TextColumn("oracle trajectories"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                       console=console, transient=True) as bar:
             job = bar.add_task("collect", total=n_tasks, completed=len(collected))
             trajs = asyncio.run(collect_trajectories(suite, out, agent_config(d.agent),
                                                      make_policy=demonstrator(d.decoy_rate, cfg.run.seed, d.parallel_rate,
-                                                                              d.verify_rate),
+                                                                              d.verify_rate, d.parallel_choice_rate),
                                                      concurrency=d.concurrency,
                                                      grade=d.grade, backend=backend,
                                                      on_done=lambda t: bar.advance(job)))

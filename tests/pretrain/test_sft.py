@@ -4,6 +4,7 @@ loss mask, the masked loss goes down on them, and a killed run resumes to the sa
 from __future__ import annotations
 
 import asyncio
+import copy
 import json
 from pathlib import Path
 
@@ -250,3 +251,35 @@ def test_the_demonstrators_habits_shape_its_episodes_and_a_resume_keeps_them(tmp
     with pytest.raises(ConfigError, match="verify_rate"):
         train_sft(load_config(config(tmp_path, base_model, tmp_path / "unused", steps=1,
                                      data={**data, "verify_rate": 0.0})), resume=True)
+
+
+def test_untaught_first_turns_are_left_out_of_the_loss_and_a_resume_keeps_the_rate(tmp_path, base_model):
+    from opencomposer.pipeline import demo_agent
+    from opencomposer.tasks.demo_family import teaches_choice, two_file
+
+    suite = tmp_path / "suite"
+    generate_tasks(8, 5, suite, difficulty=0, two_file_rate=1.0)
+    data = {"suite": str(suite), "parallel_rate": 1.0, "parallel_choice_rate": 0.5, "val_examples": 0,
+            "agent": demo_agent(max_turns=7).model_dump(mode="json"), "cache_dir": str(tmp_path / "cache")}
+    train_sft(load_config(config(tmp_path, base_model, tmp_path / "unused", steps=1, data=data)))
+    trajs = read_jsonl(tmp_path / "run" / "sft_data" / "trajectories.jsonl")
+    tok = bundled_tokenizer()
+    taught = [teaches_choice(t.task_id, 0.5) for t in trajs]
+    assert all(two_file(Task.load(suite / t.task_id)) for t in trajs) and 0 < sum(taught) < len(trajs)
+    for t, keep in zip(trajs, taught):
+        assert t.meta.get("untaught_turns", []) == ([] if keep else [0])
+        (ids, mask), = render(t, tok)
+        whole = copy.deepcopy(t)
+        whole.meta.pop("untaught_turns", None)
+        (full_ids, full_mask), = render(whole, tok)
+        assert ids == full_ids and all(m <= f for m, f in zip(mask, full_mask))
+        dropped = tok.decode([i for i, m, f in zip(ids, mask, full_mask) if f and not m])
+        if keep:
+            assert mask == full_mask
+        else:  # exactly the first assistant turn: both reads, none of the edits or the answer
+            assert dropped.count("read_file") == 2 and "edit_file" not in dropped and "Done." not in dropped
+            kept = tok.decode([i for i, m in zip(ids, mask) if m])
+            assert kept.count("edit_file") == 2 and "read_file" not in kept and "Done." in kept
+    with pytest.raises(ConfigError, match="parallel_choice_rate"):
+        train_sft(load_config(config(tmp_path, base_model, tmp_path / "unused", steps=1,
+                                     data={**data, "parallel_choice_rate": 1.0})), resume=True)

@@ -255,3 +255,22 @@ def test_the_demonstrators_habits_are_hashed_per_task_at_their_rates(tmp_path):
     assert len(demonstrator()(task).plan) == 3
     with pytest.raises(TaskError, match="verify_rate"):
         demonstrator(verify_rate=-0.1)
+
+
+def test_the_choice_to_batch_is_untaught_on_its_share_of_two_file_demonstrations_only(tmp_path):
+    from opencomposer.tasks.demo_family import teaches_choice
+
+    ids = [f"task-{i}" for i in range(4000)]
+    assert 0.17 < sum(teaches_choice(i, 0.2) for i in ids) / len(ids) < 0.23
+    assert all(teaches_choice(i) for i in ids[:50])  # the default: every batching demonstration teaches it
+    par = [habits(i, 0.5, 0.0)[0] for i in ids]
+    both = sum(p and teaches_choice(i, 0.2) for p, i in zip(par, ids)) / len(ids)
+    assert abs(both - 0.1) < 0.015  # independent of the parallel habit
+    tasks = [Task.load(p) for p in generate_tasks(8, 5, tmp_path, difficulty=0, two_file_rate=0.5)]
+    for task in tasks:
+        plan = demonstrator(parallel_choice_rate=0.0)(task)
+        assert plan.untaught_turns == ([0] if two_file(task) else [])  # one read: nothing to choose
+        assert demonstrator()(task).untaught_turns == []
+        assert demonstrator(parallel_rate=0.0, parallel_choice_rate=0.0)(task).untaught_turns == []
+    with pytest.raises(TaskError, match="parallel_choice_rate"):
+        demonstrator(parallel_choice_rate=2.0)
