@@ -16,8 +16,10 @@ ROOT = Path(__file__).resolve().parents[1]
 @pytest.mark.slow
 def test_both_arms_start_from_the_same_sft_checkpoint_and_are_compared(tmp_path):
     sets = [x for o in [*MINI, "run.train_threads=1"] for x in ("--set", o)]
+    # the penalty charged to every rollout (the default: successes only): a miniature run may have no success
     out = subprocess.run([sys.executable, "benchmarks/reward21_seeds.py", "--seeds", "3", "--out", str(tmp_path),
-                          "--jobs", "2", *sets, "--json"], cwd=ROOT, capture_output=True, text=True, timeout=900)
+                          "--jobs", "2", *sets, "--full", "rl.length_scope=all", "--json"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, out.stderr[-3000:]
     result = json.loads(out.stdout)
     (run,) = result["runs"]
@@ -28,7 +30,7 @@ def test_both_arms_start_from_the_same_sft_checkpoint_and_are_compared(tmp_path)
         assert (tmp_path / "seed3" / arm / "sft" / "model" / "model-00001-of-00001.safetensors").read_bytes() == base.read_bytes()
         assert (tmp_path / "seed3" / arm / "report" / "efficiency.png").is_file()
     cfg = {arm: (tmp_path / "seed3" / arm / "pipeline.yaml").read_text() for arm in ("correctness", "full")}
-    assert "length_coef: 0.0" in cfg["correctness"] and "length_coef: 0.001" in cfg["full"]
+    assert "length_coef: 0.0\n" in cfg["correctness"] and "length_coef: 0.0015\n" in cfg["full"]
     assert "zero_failed_groups: true" in cfg["full"] and "two_file_rate: 0.5" in cfg["correctness"]
     assert a["penalty_share"]["first"] == 0 and f["penalty_share"]["first"] > 0
     c = run["compare"]
