@@ -17,9 +17,9 @@ the ids `_TokenContext` would have built for the same conversation: mask 1 on wh
 assistant writes after its role token (including <|im_end|>), 0 on system, user and tool
 turns. A trajectory whose meta lists `untaught_turns` (indices of assistant turns, counted over the
 whole trajectory) has those turns' tokens masked out too: the demonstrator's way of showing a path
-without teaching the choice that opens it (`data.parallel_choice_rate`). Rendered examples are cached as .npz under a key = hash(trajectory files, tokenizer,
-max_len), so a second run starts in milliseconds. Examples longer than `max_len` are dropped
-(and counted).
+without teaching the choice that opens it (`data.parallel_choice_rate`). Rendered examples are
+cached as .npz under a key = hash(trajectory files, tokenizer, max_len), so a second run starts in
+milliseconds. Examples longer than `max_len` are dropped (and counted).
 
 Objective, per step over a batch of B examples padded on the right (pads have mask 0):
 
@@ -410,7 +410,8 @@ def prepare_data(cfg: SFTConfig, tok: Tokenizer, console: Console, backend=None)
                         and not teaches_choice(traj.task_id, d.parallel_choice_rate, cfg.run.seed))
             if teacher != (writes_decoy(traj.task_id, d.decoy_rate, cfg.run.seed), parallel, verify, untaught):
                 raise ConfigError(f"{out} was collected with another data.decoy_rate, parallel_rate, verify_rate, "
-                                  f"parallel_choice_rate or seed ({traj.task_id}); delete {out.parent} to collect again")
+                                  f"parallel_choice_rate or seed ({traj.task_id}); delete {out.parent} to collect "
+                                  "again")
         t0 = time.perf_counter()
         with Progress(TextColumn("oracle trajectories"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                       console=console, transient=True) as bar:
