@@ -231,16 +231,23 @@ def test_an_imperfect_demonstrator_writes_its_decoys_and_a_resume_keeps_it(tmp_p
                                      data={**data, "decoy_rate": 0.0})), resume=True)
 
 
-def test_the_demonstrators_habits_shape_its_episodes_and_a_resume_keeps_them(tmp_path, base_model, backend):
+def collect_on_the_mix(tmp_path: Path, base_model: Path, n: int, two_file_rate: float, **habits) -> tuple:
+    """One SFT step on `n` demo tasks (two_file_rate of them two-file) collected by the demonstrator
+    with these habits (data.* fields): (suite, the data section, the collected trajectories)."""
     from opencomposer.pipeline import demo_agent
-    from opencomposer.tasks.demo_family import habits, two_file
 
     suite = tmp_path / "suite"
-    generate_tasks(6, 5, suite, difficulty=0, two_file_rate=0.5)
-    data = {"suite": str(suite), "parallel_rate": 0.5, "verify_rate": 0.5, "val_examples": 0,
+    generate_tasks(n, 5, suite, difficulty=0, two_file_rate=two_file_rate)
+    data = {"suite": str(suite), **habits, "val_examples": 0,
             "agent": demo_agent(max_turns=7).model_dump(mode="json"), "cache_dir": str(tmp_path / "cache")}
     train_sft(load_config(config(tmp_path, base_model, tmp_path / "unused", steps=1, data=data)))
-    trajs = read_jsonl(tmp_path / "run" / "sft_data" / "trajectories.jsonl")
+    return suite, data, read_jsonl(tmp_path / "run" / "sft_data" / "trajectories.jsonl")
+
+
+def test_the_demonstrators_habits_shape_its_episodes_and_a_resume_keeps_them(tmp_path, base_model, backend):
+    from opencomposer.tasks.demo_family import habits, two_file
+
+    suite, data, trajs = collect_on_the_mix(tmp_path, base_model, 6, 0.5, parallel_rate=0.5, verify_rate=0.5)
     assert len(trajs) == 6 and any(two_file(Task.load(suite / t.task_id)) for t in trajs)
     for t in trajs:
         parallel, verify = habits(t.task_id, 0.5, 0.5)
@@ -254,15 +261,9 @@ def test_the_demonstrators_habits_shape_its_episodes_and_a_resume_keeps_them(tmp
 
 
 def test_untaught_first_turns_are_left_out_of_the_loss_and_a_resume_keeps_the_rate(tmp_path, base_model):
-    from opencomposer.pipeline import demo_agent
     from opencomposer.tasks.demo_family import teaches_choice, two_file
 
-    suite = tmp_path / "suite"
-    generate_tasks(8, 5, suite, difficulty=0, two_file_rate=1.0)
-    data = {"suite": str(suite), "parallel_rate": 1.0, "parallel_choice_rate": 0.5, "val_examples": 0,
-            "agent": demo_agent(max_turns=7).model_dump(mode="json"), "cache_dir": str(tmp_path / "cache")}
-    train_sft(load_config(config(tmp_path, base_model, tmp_path / "unused", steps=1, data=data)))
-    trajs = read_jsonl(tmp_path / "run" / "sft_data" / "trajectories.jsonl")
+    suite, data, trajs = collect_on_the_mix(tmp_path, base_model, 8, 1.0, parallel_rate=1.0, parallel_choice_rate=0.5)
     tok = bundled_tokenizer()
     taught = [teaches_choice(t.task_id, 0.5) for t in trajs]
     assert all(two_file(Task.load(suite / t.task_id)) for t in trajs) and 0 < sum(taught) < len(trajs)
