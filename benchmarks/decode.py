@@ -3,7 +3,7 @@ speculative decoding, and against this machine's limit.
 
     .venv/bin/python benchmarks/decode.py [--json] [--model DIR] [--threads N] [--spec-depth K]
         [--oracle-drafts] [--random-config JSON] [--b1-prompts N] [--skip-transformers] [--skip-torch-path]
-        [--background-load N] [--sandbox-load] [--pool-policies 0,1,2]
+        [--background-load N] [--sandbox-load] [--pool-policies 0,1,2] [--device cpu|cuda]
 
 Model: a ~15M-parameter Qwen3-MoE (hidden 256, 4 layers, 8 experts of width 448, top-2,
 vocab 4096, one MTP module) with random weights, or a checkpoint (--model DIR). transformers
@@ -45,6 +45,12 @@ other processes leave free). The JSON's top-level figures are the quiet ones;
 `conditions` holds each condition's (the speed-ups, `engine_vs_1t_b*`, the pool's parallel and
 serial regions and back-offs, the machine rates measured under that load). The torch path,
 speculation and the event loop lag are measured quiet only.
+
+On a GPU (--device cuda; issue 20's GPU check, benchmarks/gpu_check.sh): the same model, engine
+and transformers on the device, in float32; the engine runs its PyTorch path there (the C++
+kernels are the CPU's), so the one-thread engine, the torch-path runner, the pool policies and
+the neighbours are left out. The machine limit is the device's: its read bandwidth and fp32
+matmul rate, each timed between CUDA synchronizations.
 """
 
 from __future__ import annotations
@@ -70,25 +76,33 @@ BENCH_CONFIG = dict(vocab_size=4096, hidden_size=256, intermediate_size=768, moe
                     max_position_embeddings=4096)
 
 
-def median_time(fn, repeats: int) -> tuple[float, object]:
+def median_time(fn, repeats: int, device: torch.device = torch.device("cpu")) -> tuple[float, object]:
     times, out = [], None
     for _ in range(repeats):
+        sync(device)
         t0 = time.perf_counter()
         out = fn()
+        sync(device)
         times.append(time.perf_counter() - t0)
     return statistics.median(times), out
 
 
+def sync(device: torch.device) -> None:
+    """Wait for the device's queued work (a no-op on the CPU)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
 # ---- the machine ------------------------------------------------------------------------
 
-def machine_rates(repeats: int = 5) -> tuple[float, float]:
-    """(read bandwidth bytes/s, fp32 matmul flop/s), medians."""
-    x = torch.ones(128 * 2**20)  # 512 MiB
+def machine_rates(repeats: int = 5, device: torch.device = torch.device("cpu")) -> tuple[float, float]:
+    """(read bandwidth bytes/s, fp32 matmul flop/s) of `device`, medians."""
+    x = torch.ones(128 * 2**20, device=device)  # 512 MiB
     x.sum()
-    t_sum, _ = median_time(lambda: x.sum(), repeats)
-    a, b = torch.randn(2048, 2048), torch.randn(2048, 2048)
+    t_sum, _ = median_time(lambda: x.sum(), repeats, device)
+    a, b = torch.randn(2048, 2048, device=device), torch.randn(2048, 2048, device=device)
     a @ b
-    t_mm, _ = median_time(lambda: a @ b, repeats)
+    t_mm, _ = median_time(lambda: a @ b, repeats, device)
     return x.numel() * 4 / t_sum, 2 * 2048**3 / t_mm
 
 
@@ -125,18 +139,18 @@ class OneByOne(list):
 
 
 class TransformersRunner:
-    def __init__(self, path: str, new_tokens: int):
+    def __init__(self, path: str, new_tokens: int, device: torch.device = torch.device("cpu")):
         import transformers
         from transformers import Qwen3MoeForCausalLM
 
         transformers.logging.set_verbosity_error()  # the MTP tensors are "unexpected" to it, by design
-        self.hf = Qwen3MoeForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
-        self.new_tokens = new_tokens
+        self.hf = Qwen3MoeForCausalLM.from_pretrained(path, dtype=torch.float32).to(device).eval()
+        self.new_tokens, self.device = new_tokens, device
 
     def __call__(self, prompts: list[list[int]]) -> list[list[int]]:
         if isinstance(prompts, OneByOne):
             return [self([p])[0] for p in prompts]
-        ids = torch.tensor(prompts)
+        ids = torch.tensor(prompts, device=self.device)
         with torch.inference_mode():
             out = self.hf.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=self.new_tokens,
                                    min_new_tokens=self.new_tokens, do_sample=False, pad_token_id=0)
@@ -237,7 +251,8 @@ class PoolPolicyRunner:
 SETTLE_S = 0.05
 
 
-def interleaved(conditions: dict[str, dict], neighbours: dict, batches: dict[int, list[list[int]]], repeats: int):
+def interleaved(conditions: dict[str, dict], neighbours: dict, batches: dict[int, list[list[int]]], repeats: int,
+                device: torch.device = torch.device("cpu")):
     """Time every runner of every condition at every batch size, round-robin, `repeats` rounds
     (so that a busy spell on a shared machine hits all of them alike), each condition's
     neighbour running only during that condition's pass; returns per condition median
@@ -253,7 +268,7 @@ def interleaved(conditions: dict[str, dict], neighbours: dict, batches: dict[int
             if neighbour:
                 neighbour.resume()
             try:
-                rates[cond].append(machine_rates(repeats=3))
+                rates[cond].append(machine_rates(3, device))
                 for B, prompts in batches.items():
                     for name, run in runners.items():
                         time.sleep(SETTLE_S)
@@ -326,7 +341,7 @@ def routed_experts_per_layer(model: Transformer, prompts: list[list[int]]) -> li
     """Distinct experts each MoE layer runs for one decode step over these rows (the last
     prompt token of each row), as the benchmark's batch routes them."""
     with torch.inference_mode():
-        routed = model(torch.tensor(prompts), return_routed_experts=True).routed_experts[:, -1]  # [B, Y, K]
+        routed = model(torch.tensor(prompts, device=next(model.parameters()).device), return_routed_experts=True).routed_experts[:, -1]  # [B, Y, K]
     return [len(set(routed[:, j].flatten().tolist())) for j in range(routed.shape[1])]
 
 
@@ -395,6 +410,8 @@ def main() -> None:
     ap.add_argument("--random-config", default="{}",
                     help="JSON of ModelConfig keys replacing the random model's (BENCH_CONFIG), e.g. "
                          "'{\"num_hidden_layers\": 16}'")
+    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                    help="where the engine and transformers decode (cuda: the engine's PyTorch path; module docstring)")
     args = ap.parse_args()
     if not 1 <= args.b1_prompts <= args.batch:
         ap.error(f"--b1-prompts must be between 1 and --batch ({args.batch}), got {args.b1_prompts}")
@@ -404,6 +421,15 @@ def main() -> None:
         ap.error(f"--pool-policies takes comma-separated integers (0, 1, 2), got {args.pool_policies!r}")
     if any(p not in (0, 1, 2) for p in policies):
         ap.error(f"--pool-policies: the policies besides the default (3) are 0, 1 and 2, got {policies}")
+    device = torch.device(args.device)
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            ap.error(f"--device cuda: torch {torch.__version__} sees no CUDA device")
+        cpu_only = [flag for flag, on in (("--background-load", args.background_load), ("--sandbox-load", args.sandbox_load),
+                                          ("--pool-policies", policies)) if on]
+        if cpu_only:
+            ap.error(f"{', '.join(cpu_only)}: CPU conditions; leave them out with --device cuda")
+        args.skip_torch_path = True  # on a GPU the engine's only path
     if args.sandbox_load and not Path(args.sandbox_suite, "suite.toml").is_file():
         ap.error(f"--sandbox-suite {args.sandbox_suite}: no suite.toml there")
     torch.set_num_threads(args.threads)
@@ -412,6 +438,7 @@ def main() -> None:
         model = load_pretrained(args.model, dtype=torch.float32)
     else:
         model = Transformer(ModelConfig(**{**BENCH_CONFIG, **json.loads(args.random_config)})).eval()
+    model = model.to(device)
     cfg = model.config
     params = sum(p.numel() for p in model.parameters())
     mtp_params = sum(p.numel() for p in model.mtp.parameters())
@@ -423,7 +450,8 @@ def main() -> None:
         g = torch.Generator().manual_seed(1)
         prompts = torch.randint(0, cfg.vocab_size, (args.batch, args.prompt_len), generator=g).tolist()
     max_len = args.prompt_len + args.new_tokens + 8
-    out = {"prompts": args.prompts or "random", "params": params, "params_without_mtp": params - mtp_params, "threads": args.threads,
+    out = {"device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+           "prompts": args.prompts or "random", "params": params, "params_without_mtp": params - mtp_params, "threads": args.threads,
            "new_tokens": args.new_tokens, "prompt_len": args.prompt_len, "batch": args.batch,
            "b1_prompts": args.b1_prompts}
 
@@ -431,8 +459,9 @@ def main() -> None:
         return Engine(copy.deepcopy(model), max_slots=args.batch, max_len=max_len,
                       **{"num_threads": args.threads, **kw})
 
-    runners = {"engine": EngineRunner(engine(), args.new_tokens),
-               "engine_1t": EngineRunner(engine(num_threads=1), args.new_tokens)}
+    runners = {"engine": EngineRunner(engine(), args.new_tokens)}
+    if device.type == "cpu":  # a thread count means nothing to a GPU's engine
+        runners["engine_1t"] = EngineRunner(engine(num_threads=1), args.new_tokens)
     torch.set_num_threads(args.threads)  # this thread's (transformers'): the engines set their own
     if policies and not runners["engine"].engine.native:
         raise SystemExit(f"--pool-policies: the engine's C++ kernels are unavailable ({native.unavailable_reason()})")
@@ -463,7 +492,7 @@ def main() -> None:
     tmp = tempfile.TemporaryDirectory()
     if not args.skip_transformers:
         save_pretrained(model, tmp.name)
-        runners["transformers"] = TransformersRunner(tmp.name, args.new_tokens)
+        runners["transformers"] = TransformersRunner(tmp.name, args.new_tokens, device)
     batches = {1: OneByOne(prompts[:args.b1_prompts]), args.batch: prompts}
 
     # Under load: the engine (default, one thread, other pool policies) and transformers, each
@@ -488,7 +517,7 @@ def main() -> None:
             neighbours["sandbox"] = SandboxTests(args.sandbox_suite)
         for cond in neighbours:
             conditions[cond] = loaded_runners()
-        tps, outputs, rates = interleaved(conditions, neighbours, batches, args.repeats)
+        tps, outputs, rates = interleaved(conditions, neighbours, batches, args.repeats, device)
     finally:
         for n in neighbours.values():
             n.stop()
@@ -540,15 +569,17 @@ def main() -> None:
           f"{cfg.num_experts} experts top-{cfg.num_experts_per_tok}; {args.threads} threads; "
           f"prompts {args.prompt_len} tokens, {args.new_tokens} new tokens, greedy, float32; batch 1: "
           f"{args.b1_prompts} prompt(s) one after another")
-    print(f"machine: read bandwidth {out['bandwidth_GBps']:.1f} GB/s, fp32 matmul {out['matmul_GFLOPs']:.0f} GFLOP/s; "
+    on = f"device: {out['device']}; " if device.type == "cuda" else ""
+    print(on + f"machine: read bandwidth {out['bandwidth_GBps']:.1f} GB/s, fp32 matmul {out['matmul_GFLOPs']:.0f} GFLOP/s; "
           f"load average {out['load_average_before'][0]:.2f} before, {out['load_average_after'][0]:.2f} after")
     for cond, fig in out["conditions"].items():
         print(f"{cond}" + (f" ({out['neighbours'][cond]})" if cond in out["neighbours"] else "") +
               f": pool regions {fig['pool_parallel_regions']} parallel, {fig['pool_serial_regions']} serial, "
               f"{fig['pool_backoffs']} back-offs, {fig['pool_capped_regions']} on fewer threads (busy CPUs); {100 * fig['fraction_of_limit']:.0f}% of the limit")
         for b in (1, B):
-            line = (f"  batch {b:>2}: engine {fig[f'engine_tps_b{b}']:8.0f} tok/s   one thread "
-                    f"{fig[f'engine_1t_tps_b{b}']:7.0f} (x{fig[f'engine_vs_1t_b{b}']:.2f})")
+            line = f"  batch {b:>2}: engine {fig[f'engine_tps_b{b}']:8.0f} tok/s"
+            if f"engine_1t_tps_b{b}" in fig:
+                line += f"   one thread {fig[f'engine_1t_tps_b{b}']:7.0f} (x{fig[f'engine_vs_1t_b{b}']:.2f})"
             for p in policies:
                 line += f"   policy {p} {fig[f'engine_policy{p}_tps_b{b}']:7.0f}"
             if f"transformers_tps_b{b}" in fig:
