@@ -15,7 +15,8 @@ alone twice). A rerun resumes unfinished stages and reuses finished ones.
 
 Per arm the figures come from its report (pipeline_report.efficiency on the held-out episodes):
 success after SFT and after RL, and over the solved episodes by task kind mean turns, tokens and
-effort, parallel reads on two-file tasks and re-reads after the edit. The comparison per seed:
+effort, parallel reads on two-file tasks (the share of the solved ones, and of all two-file tasks
+the share solved with one) and re-reads after the edit. The comparison per seed:
 the full arm's lift over SFT, its distance to correctness-only, its turns per solved task
 against correctness-only's, and the effort it saved on easy against hard tasks (the concavity
 claim: more saved on easy ones). Mean and sample std over the seeds; --json prints it all.
@@ -71,6 +72,13 @@ def arm_figures(run: Path) -> dict:
             "penalty_share": s["rl_penalty_share"], "rl_wall_s": s["stage_wall_s"].get("rl")}
 
 
+def _parallel_solved(hard: dict) -> float | None:
+    """Of every held-out two-file task, the share solved with a parallel read (the issue's bar read
+    over all two-file tasks; `parallel_read` reads it over the solved ones)."""
+    frac = hard["parallel_read_frac"]
+    return None if frac is None or not hard["episodes"] else frac * hard["solved"] / hard["episodes"]
+
+
 def compare(a: dict, f: dict) -> dict:
     """The full arm (f) against correctness-only (a), from the same SFT checkpoint."""
     ta, tf = a["turns_per_solved"]["rl"], f["turns_per_solved"]["rl"]
@@ -83,6 +91,10 @@ def compare(a: dict, f: dict) -> dict:
             "parallel_read": {"sft": f["efficiency"]["sft"]["hard"]["parallel_read_frac"],
                               "correctness": a["efficiency"]["rl"]["hard"]["parallel_read_frac"],
                               "full": f["efficiency"]["rl"]["hard"]["parallel_read_frac"]},
+            # the same read over every two-file task: solved, and with a parallel read
+            "parallel_solved_of_two_file": {"sft": _parallel_solved(f["efficiency"]["sft"]["hard"]),
+                                            "correctness": _parallel_solved(a["efficiency"]["rl"]["hard"]),
+                                            "full": _parallel_solved(f["efficiency"]["rl"]["hard"])},
             "effort_saved": saved}
 
 
@@ -135,6 +147,8 @@ def main() -> None:
         "full_minus_correctness_points": stats([x["full_minus_correctness_points"] for x in c]),
         "turns_reduction": stats([x["turns_reduction"] for x in c]),
         **{f"parallel_read_{k}": stats([x["parallel_read"][k] for x in c]) for k in ("sft", "correctness", "full")},
+        **{f"parallel_solved_of_two_file_{k}": stats([x["parallel_solved_of_two_file"][k] for x in c])
+           for k in ("sft", "correctness", "full")},
         **{f"effort_saved_share_{k}": stats([(x["effort_saved"][k] or {}).get("share") for x in c])
            for k in ("easy", "hard")},
     }
@@ -152,7 +166,8 @@ def main() -> None:
               f"({a['lift_points']:+.1f}); full {f['rl_success']:.1%} ({f['lift_points']:+.1f}); turns per solved "
               f"{fmt(a['turns_per_solved']['rl'], '.2f')} -> {fmt(f['turns_per_solved']['rl'], '.2f')}; parallel "
               f"reads (two-file, solved) SFT {fmt(pr['sft'], '.0%')}, correctness {fmt(pr['correctness'], '.0%')}, "
-              f"full {fmt(pr['full'], '.0%')}")
+              f"full {fmt(pr['full'], '.0%')}; of all two-file tasks solved so "
+              + ", ".join(fmt(x["parallel_solved_of_two_file"][k], ".0%") for k in ("sft", "correctness", "full")))
     for k, s in summary.items():
         if s:
             print(f"{k}: mean {s['mean']:.3f}, std {s['std']:.3f}, range {s['min']:.3f}..{s['max']:.3f}")

@@ -36,7 +36,11 @@ def test_both_arms_start_from_the_same_sft_checkpoint_and_are_compared(tmp_path)
     c = run["compare"]
     assert c["full_minus_correctness_points"] == pytest.approx(100 * (f["rl_success"] - a["rl_success"]))
     assert set(result["summary"]) >= {"full_lift_points", "turns_reduction", "parallel_read_full",
-                                      "effort_saved_share_easy"}
+                                      "parallel_solved_of_two_file_full", "effort_saved_share_easy"}
+    hard = f["efficiency"]["rl"]["hard"]
+    if hard["parallel_read_frac"] is not None:  # over every two-file task, not only the solved ones
+        assert c["parallel_solved_of_two_file"]["full"] == pytest.approx(
+            hard["parallel_read_frac"] * hard["solved"] / hard["episodes"])
 
 
 def test_the_full_reward_config_file_is_the_benchmarks_full_arm():
