@@ -340,8 +340,9 @@ async def event_loop_lag(engine: Engine, prompts: list[list[int]], new_tokens: i
 def routed_experts_per_layer(model: Transformer, prompts: list[list[int]]) -> list[int]:
     """Distinct experts each MoE layer runs for one decode step over these rows (the last
     prompt token of each row), as the benchmark's batch routes them."""
+    ids = torch.tensor(prompts, device=next(model.parameters()).device)
     with torch.inference_mode():
-        routed = model(torch.tensor(prompts, device=next(model.parameters()).device), return_routed_experts=True).routed_experts[:, -1]  # [B, Y, K]
+        routed = model(ids, return_routed_experts=True).routed_experts[:, -1]  # [B, Y, K]
     return [len(set(routed[:, j].flatten().tolist())) for j in range(routed.shape[1])]
 
 
