@@ -426,8 +426,8 @@ def main() -> None:
     if device.type == "cuda":
         if not torch.cuda.is_available():
             ap.error(f"--device cuda: torch {torch.__version__} sees no CUDA device")
-        cpu_only = [flag for flag, on in (("--background-load", args.background_load), ("--sandbox-load", args.sandbox_load),
-                                          ("--pool-policies", policies)) if on]
+        cpu_only = [flag for flag, on in (("--background-load", args.background_load),
+                                          ("--sandbox-load", args.sandbox_load), ("--pool-policies", policies)) if on]
         if cpu_only:
             ap.error(f"{', '.join(cpu_only)}: CPU conditions; leave them out with --device cuda")
         args.skip_torch_path = True  # on a GPU the engine's only path
@@ -571,7 +571,8 @@ def main() -> None:
           f"prompts {args.prompt_len} tokens, {args.new_tokens} new tokens, greedy, float32; batch 1: "
           f"{args.b1_prompts} prompt(s) one after another")
     on = f"device: {out['device']}; " if device.type == "cuda" else ""
-    print(on + f"machine: read bandwidth {out['bandwidth_GBps']:.1f} GB/s, fp32 matmul {out['matmul_GFLOPs']:.0f} GFLOP/s; "
+    print(on + f"machine: read bandwidth {out['bandwidth_GBps']:.1f} GB/s, "
+          f"fp32 matmul {out['matmul_GFLOPs']:.0f} GFLOP/s; "
           f"load average {out['load_average_before'][0]:.2f} before, {out['load_average_after'][0]:.2f} after")
     for cond, fig in out["conditions"].items():
         print(f"{cond}" + (f" ({out['neighbours'][cond]})" if cond in out["neighbours"] else "") +

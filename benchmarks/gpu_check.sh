@@ -120,7 +120,8 @@ step decode_b64 "${decode[@]}" --batch 64 "${EXTRA[@]}"
 deep=$GPU_DIR/deep
 if [[ -f "$deep/config.json" ]]; then
   prompts=$(ls "$deep"/prompts.json "$deep"/prompts.jsonl 2> /dev/null | head -n 1)
-  depth=$("$PY" -c 'import json, sys; print(min(3, json.load(open(sys.argv[1]))["num_mtp_modules"]))' "$deep/config.json")
+  depth=$("$PY" -c 'import json, sys; print(min(3, json.load(open(sys.argv[1]))["num_mtp_modules"]))' \
+    "$deep/config.json")
   for b in 16 64; do
     step "deep_b$b" "${decode[@]}" --batch $b --b1-prompts 16 --model "$deep" --prompts "$prompts" \
       --spec-depth "$depth" --oracle-drafts --skip-transformers "${EXTRA[@]}"
@@ -149,7 +150,8 @@ for name in ("decode_b16", "decode_b64"):
     d = load(name)
     if d:
         B = d["batch"]
-        line = f"{name}: {d['device']}: engine {d['engine_tps_b1']:.0f} tok/s at batch 1, {d[f'engine_tps_b{B}']:.0f} at {B}"
+        line = (f"{name}: {d['device']}: engine {d['engine_tps_b1']:.0f} tok/s at batch 1, "
+                f"{d[f'engine_tps_b{B}']:.0f} at {B}")
         if "speedup_b1" in d:
             line += (f"; x{d['speedup_b1']:.2f} and x{d[f'speedup_b{B}']:.2f} transformers "
                      f"(same outputs {d['same_outputs_b1']}, {d[f'same_outputs_b{B}']})")
