@@ -75,8 +75,9 @@ def arm_figures(run: Path) -> dict:
 def _parallel_solved(hard: dict) -> float | None:
     """Of every held-out two-file task, the share solved with a parallel read (the issue's bar read
     over all two-file tasks; `parallel_read` reads it over the solved ones)."""
-    frac = hard["parallel_read_frac"]
-    return None if frac is None or not hard["episodes"] else frac * hard["solved"] / hard["episodes"]
+    if not hard["episodes"]:
+        return None
+    return (hard["parallel_read_frac"] or 0.0) * hard["solved"] / hard["episodes"]  # None: nothing solved
 
 
 def compare(a: dict, f: dict) -> dict:
