@@ -77,7 +77,7 @@ def _parallel_solved(hard: dict) -> float | None:
     over all two-file tasks; `parallel_read` reads it over the solved ones)."""
     if not hard["episodes"]:
         return None
-    return (hard["parallel_read_frac"] or 0.0) * hard["solved"] / hard["episodes"]  # None: nothing solved
+    return (hard["parallel_read_frac"] or 0.0) * hard["solved"] / hard["episodes"]  # the frac is None when none solved
 
 
 def compare(a: dict, f: dict) -> dict:

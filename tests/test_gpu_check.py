@@ -20,6 +20,15 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "engine"))
 from engine_util import draftable_model  # noqa: E402
 
+SCRIPT = ROOT / "benchmarks" / "gpu_check.sh"
+
+
+def cpu_env(tmp_path: Path, decode_args: str) -> dict:
+    """The script's environment for a small CPU run: its folders under tmp_path, the tiny pretraining config."""
+    return {**os.environ, "PYTHON": sys.executable, "GPU_CHECK_DIR": str(tmp_path / "gpu"), "OUT": str(tmp_path / "out"),
+            "GPU_CHECK_DEVICE": "cpu", "GPU_CHECK_PRETRAIN_CONFIG": "configs/pretrain/tiny.yaml",
+            "GPU_CHECK_DECODE_ARGS": decode_args}
+
 
 def test_the_gpu_check_runs_every_step_on_a_cpu(tmp_path):
     tok = Tokenizer.load(ROOT / "opencomposer" / "model" / "assets" / "tokenizer-4k.json")
@@ -28,13 +37,10 @@ def test_the_gpu_check_runs_every_step_on_a_cpu(tmp_path):
     rng = random.Random(0)
     prompts = tmp_path / "prompts.json"
     prompts.write_text(json.dumps([[rng.randrange(tok.vocab_size) for _ in range(24)] for _ in range(64)]))
-    env = {**os.environ, "PYTHON": sys.executable, "GPU_CHECK_DIR": str(tmp_path / "gpu"), "OUT": str(tmp_path / "out"),
-           "GPU_CHECK_DEVICE": "cpu", "GPU_CHECK_PRETRAIN_CONFIG": "configs/pretrain/tiny.yaml",
-           "GPU_CHECK_DECODE_ARGS": "--new-tokens 6 --repeats 1 --prompt-len 24 --random-config "
-                                    '{"hidden_size":64,"moe_intermediate_size":64,"num_hidden_layers":2}'}
-    script = ROOT / "benchmarks" / "gpu_check.sh"
+    env = cpu_env(tmp_path, "--new-tokens 6 --repeats 1 --prompt-len 24 --random-config "
+                            '{"hidden_size":64,"moe_intermediate_size":64,"num_hidden_layers":2}')
 
-    prep = subprocess.run(["bash", script, "--prepare-model", model_dir, prompts], env=env, capture_output=True,
+    prep = subprocess.run(["bash", SCRIPT, "--prepare-model", model_dir, prompts], env=env, capture_output=True,
                           text=True, timeout=120)
     assert prep.returncode == 0, prep.stderr
     deep = tmp_path / "gpu" / "deep"
@@ -42,7 +48,7 @@ def test_the_gpu_check_runs_every_step_on_a_cpu(tmp_path):
     assert next(carried.parameters()).dtype == torch.bfloat16 and carried.config.num_mtp_modules == 2
     assert Tokenizer.load(deep).vocab_size == tok.vocab_size and (deep / "prompts.json").is_file()
 
-    run = subprocess.run(["bash", script], env=env, capture_output=True, text=True, timeout=600)
+    run = subprocess.run(["bash", SCRIPT], env=env, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stdout + run.stderr
     out = tmp_path / "out"
     decode = {b: json.loads((out / f"decode_b{b}.json").read_text()) for b in (16, 64)}
@@ -64,10 +70,7 @@ def test_the_gpu_check_runs_every_step_on_a_cpu(tmp_path):
 
 
 def test_a_failing_step_is_reported_and_the_others_still_run(tmp_path):
-    env = {**os.environ, "PYTHON": sys.executable, "GPU_CHECK_DIR": str(tmp_path / "gpu"), "OUT": str(tmp_path / "out"),
-           "GPU_CHECK_DEVICE": "cpu", "GPU_CHECK_DECODE_ARGS": "--batch 0",
-           "GPU_CHECK_PRETRAIN_CONFIG": "configs/pretrain/tiny.yaml"}
-    run = subprocess.run(["bash", ROOT / "benchmarks" / "gpu_check.sh"], env=env, capture_output=True, text=True,
+    run = subprocess.run(["bash", SCRIPT], env=cpu_env(tmp_path, "--batch 0"), capture_output=True, text=True,
                          timeout=300)
     assert run.returncode == 1
     assert "decode_b16: FAILED" in run.stdout and "decode_b64: FAILED" in run.stdout
