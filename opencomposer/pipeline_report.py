@@ -101,24 +101,45 @@ def outcomes(eval_dir: Path, suite: Path) -> dict[str, int]:
     return out
 
 
+def _call_paths(t) -> dict[str, str]:
+    """call id -> the `path` argument of each tool call the episode's messages hold (calls whose
+    arguments do not parse, or name no path, are left out)."""
+    out = {}
+    for m in t.messages:
+        for c in m.get("tool_calls") or []:
+            try:
+                path = json.loads(c["function"]["arguments"]).get("path")
+            except (KeyError, TypeError, AttributeError, ValueError):
+                continue
+            if isinstance(path, str):
+                out[c.get("id")] = path
+    return out
+
+
 def episode_shape(t) -> dict:
     """How an episode spent its turns: turns, generated tokens, effort x (rl.rewards.effort at the
-    default weights), whether it read two or more files in one turn before its first edit
-    (a parallel read) and whether it read a file again after editing (a needless check)."""
+    default weights), whether it read two of the files it then edited in one turn before its first
+    edit (a parallel read), whether it read a file again after editing (a needless check) and
+    whether it read, before its first edit, a file it never edited (a needless survey, such as the
+    package's __init__.py)."""
     from opencomposer.rl.rewards import EffortWeights, RewardInputs, effort
 
     c = t.counts
-    reads: dict[int, int] = {}
+    paths = _call_paths(t)
+    edited = {paths.get(r.call_id) for r in t.tool_calls if r.name == "edit_file" and r.ok} - {None}
     first_edit = min((r.turn for r in t.tool_calls if r.name == "edit_file" and r.ok), default=None)
-    for r in t.tool_calls:
-        if r.name == "read_file" and r.ok and (first_edit is None or r.turn < first_edit):
-            reads[r.turn] = reads.get(r.turn, 0) + 1
+    before = [r for r in t.tool_calls if r.name == "read_file" and r.ok and (first_edit is None or r.turn < first_edit)]
+    reads: dict[int, set[str]] = {}
+    for r in before:
+        if paths.get(r.call_id) in edited:
+            reads.setdefault(r.turn, set()).add(paths[r.call_id])
     x = effort(RewardInputs(c.thinking_tokens, c.tool_call_tokens, c.tool_output_tokens, c.final_message_tokens,
                             c.tool_calls, c.turns, 0, 0, 0, False), EffortWeights())
     return {"turns": c.turns, "tokens": c.completion_tokens, "effort": x,
-            "parallel_read": any(n >= 2 for n in reads.values()),
+            "parallel_read": any(len(n) >= 2 for n in reads.values()),
             "verify": first_edit is not None and any(r.name == "read_file" and r.turn > first_edit
-                                                     for r in t.tool_calls)}
+                                                     for r in t.tool_calls),
+            "survey": bool(edited) and any(paths.get(r.call_id) not in edited for r in before)}
 
 
 def two_file_ids(suite: Path) -> set[str]:
@@ -136,7 +157,8 @@ def _mean(xs: list[float]) -> float | None:
 def efficiency(eval_dir: Path, suite: Path) -> dict[str, dict]:
     """Held-out episodes by task kind (easy: one file; hard: two files, demo_family.two_file):
     success, and over the solved ones mean turns, tokens and effort, the share with a parallel
-    read (two-file tasks) and the share that read a file again after editing (issue 21)."""
+    read (two-file tasks), the share that read a file again after editing and the share that read
+    a file they never edited (issue 21; episode_shape)."""
     from opencomposer.harness.trajectory import read_jsonl
 
     hard = two_file_ids(suite)
@@ -152,7 +174,8 @@ def efficiency(eval_dir: Path, suite: Path) -> dict[str, dict]:
                      "tokens_per_solved": _mean([e["tokens"] for e in solved]),
                      "effort_per_solved": _mean([e["effort"] for e in solved]),
                      "parallel_read_frac": _mean([float(e["parallel_read"]) for e in solved]),
-                     "verify_frac": _mean([float(e["verify"]) for e in solved])}
+                     "verify_frac": _mean([float(e["verify"]) for e in solved]),
+                     "survey_frac": _mean([float(e["survey"]) for e in solved])}
     return out
 
 
@@ -345,13 +368,13 @@ def _efficiency_section(s: dict, cfg) -> str:
             rows.append(f"| {label} | {stage.upper()} | {k['solved']}/{k['episodes']} | {_fmt(k['turns_per_solved'], '.2f')} | "
                         f"{_fmt(k['tokens_per_solved'], '.1f')} | {_fmt(k['effort_per_solved'], '.0f')} | "
                         f"{_fmt(k['parallel_read_frac'], '.0%') if kind == 'hard' else '-'} | "
-                        f"{_fmt(k['verify_frac'], '.0%')} |")
+                        f"{_fmt(k['verify_frac'], '.0%')} | {_fmt(k['survey_frac'], '.0%')} |")
     share = s["rl_penalty_share"]
     r = cfg.rl
     return f"""## Efficiency (issue 21)
 
-| held-out tasks | after | solved | turns per solved | tokens per solved | effort x per solved | parallel read (two-file, solved) | re-read after the edit (solved) |
-|---|---|---|---|---|---|---|---|
+| held-out tasks | after | solved | turns per solved | tokens per solved | effort x per solved | parallel read (two-file, solved) | re-read after the edit (solved) | read of a file not edited (solved) |
+|---|---|---|---|---|---|---|---|---|
 {chr(10).join(rows)}
 
 Reward: correctness, length penalty lambda {r.length_coef} (k {r.length_k}, q {r.length_q}; charged to
@@ -378,12 +401,14 @@ def _demonstrator(s: dict, cfg) -> str:
 
 def _habits(sft) -> str:
     """The demonstrator's turn habits (issue 21), when they are not the plain oracle's."""
-    if sft.parallel_rate == 1.0 and sft.verify_rate == 0.0:
+    if sft.parallel_rate == 1.0 and sft.verify_rate == 0.0 and sft.survey_rate == 0.0:
         return ""
     choice = (f" (SFT learns the choice to batch the reads from {sft.parallel_choice_rate:.0%} of those, and "
               f"what follows batched reads from all of them)" if sft.parallel_choice_rate < 1.0 else "")
     return (f" Its habits: it batches its calls on {sft.parallel_rate:.0%} of the demonstrations{choice}, one "
-            f"call a turn on the rest, and reads the edited file again on {sft.verify_rate:.0%}.")
+            f"call a turn on the rest{',' if sft.survey_rate else ', and'} reads the edited file again on "
+            f"{sft.verify_rate:.0%}" + (f", and first reads the package's __init__.py in a turn of its own on "
+                                         f"{sft.survey_rate:.0%}" if sft.survey_rate else "") + ".")
 
 
 def _html(md: str) -> str:

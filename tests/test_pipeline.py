@@ -140,6 +140,10 @@ def test_config_file_restates_the_defaults_and_bad_values_are_named():
     with pytest.raises(ConfigError, match="raise tasks.max_turns"):  # the demonstrator's episodes would be cut
         load_config(None, ["tasks.two_file_rate=0.5", "sft.parallel_rate=0.5", "sft.verify_rate=0.5"])
     assert load_config(None, ["tasks.two_file_rate=0.5", "sft.verify_rate=0.5", "tasks.max_turns=4"])
+    with pytest.raises(ConfigError, match="sft.survey_rate 0.5"):  # the survey's turn: 5 turns, not 4
+        load_config(None, ["tasks.two_file_rate=0.5", "sft.verify_rate=0.5", "sft.survey_rate=0.5", "tasks.max_turns=4"])
+    assert load_config(None, ["tasks.two_file_rate=0.5", "sft.parallel_rate=0.5", "sft.verify_rate=0.5",
+                              "sft.survey_rate=0.5", "tasks.max_turns=7"])
 
 
 CONFIGS = Path(__file__).parents[1] / "configs" / "demo"

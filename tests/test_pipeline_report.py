@@ -29,5 +29,8 @@ def test_the_report_states_the_demonstrators_habits_when_it_has_them():
                              "tasks.two_file_rate=0.5", "tasks.max_turns=7"])
     text = _habits(cfg.sft)
     assert "batches its calls on 50%" in text and "choice to batch the reads from 8%" in text and "again on 50%" in text
+    assert "__init__" not in text
+    surveying = _habits(load_config(None, ["sft.survey_rate=0.3", "tasks.max_turns=5"]).sft)
+    assert "again on 0%, and first reads the package's __init__.py in a turn of its own on 30%" in surveying
     assert "choice" not in _habits(load_config(None, ["sft.parallel_rate=0.3", "tasks.two_file_rate=0.5",
                                                       "tasks.max_turns=7"]).sft)

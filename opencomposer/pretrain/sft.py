@@ -126,6 +126,9 @@ class SFTDataConfig(Section):
     """Share of the batching demonstrations whose first turn (the batched reads) is in the loss; on
     the rest SFT learns what follows the batched reads, not the choice to batch them
     (demo_family.demonstrator): a policy that rarely batches but completes the batched path."""
+    survey_rate: float = Field(0.0, ge=0, le=1)
+    """Share of the tasks on which the demonstrator first reads the package's __init__.py in a turn
+    of its own (one needless turn before the reads, demo_family.surveys)."""
     agent: str | dict[str, Any] | None = None
     """AgentConfig YAML file or inline fields for collection; null: the demo's (demo_family.DEMO_AGENT)."""
     concurrency: int = Field(2, ge=1)
@@ -141,7 +144,7 @@ class SFTDataConfig(Section):
     def _collection_needs_a_suite(self) -> "SFTDataConfig":
         # these fields shape the demonstrator's collection, which only a suite starts
         unused = [k for k in ("generate", "grade", "decoy_rate", "parallel_rate", "verify_rate", "parallel_choice_rate",
-                              "agent", "concurrency")
+                              "survey_rate", "agent", "concurrency")
                   if getattr(self, k) != type(self).model_fields[k].default]
         if self.suite is None and unused:
             raise ValueError(f"data.{', data.'.join(unused)}: used only when collecting on data.suite, which is not set")
@@ -246,8 +249,11 @@ def render(traj: Trajectory, tok: Tokenizer) -> list[tuple[list[int], list[int]]
 
 
 def _first_turn_batches(traj: Trajectory) -> bool:
-    """Whether the trajectory's first assistant turn makes more than one call."""
-    first = next((m for seg in traj.segments for m in seg.messages if m["role"] == "assistant"), {})
+    """Whether the trajectory's first reading turn (its first assistant turn, or its second after a
+    survey's read of __init__.py) makes more than one call."""
+    turns = [m for seg in traj.segments for m in seg.messages if m["role"] == "assistant"]
+    i = int(traj.meta.get("survey", False))
+    first = turns[i] if len(turns) > i else {}
     return len(first.get("tool_calls") or []) > 1
 
 
@@ -397,28 +403,30 @@ def prepare_data(cfg: SFTConfig, tok: Tokenizer, console: Console, backend=None)
             generate_tasks(d.generate.n, d.generate.seed, suite, difficulty=d.generate.difficulty, suite_name="demo-train")
             console.print(f"generated {d.generate.n} demo tasks in {suite}")
         out = Path(cfg.run.out_dir) / "sft_data" / TRAJECTORIES
-        from opencomposer.tasks.demo_family import demonstrator, habits, teaches_choice, writes_decoy
+        from opencomposer.tasks.demo_family import demonstrator, habits, surveys, teaches_choice, writes_decoy
         from opencomposer.tasks.task import Suite
 
         n_tasks = len(Suite.load(suite).tasks)
         collected = read_jsonl(out) if out.is_file() else []
         for traj in collected:  # a resumed collection must keep its teacher
             teacher = (traj.meta.get("decoy", False), traj.meta.get("parallel", True), traj.meta.get("verify", False),
-                       bool(traj.meta.get("untaught_turns")))
+                       bool(traj.meta.get("untaught_turns")), traj.meta.get("survey", False))
             parallel, verify = habits(traj.task_id, d.parallel_rate, d.verify_rate, cfg.run.seed)
             untaught = (parallel and _first_turn_batches(traj)
                         and not teaches_choice(traj.task_id, d.parallel_choice_rate, cfg.run.seed))
-            if teacher != (writes_decoy(traj.task_id, d.decoy_rate, cfg.run.seed), parallel, verify, untaught):
+            if teacher != (writes_decoy(traj.task_id, d.decoy_rate, cfg.run.seed), parallel, verify, untaught,
+                           surveys(traj.task_id, d.survey_rate, cfg.run.seed)):
                 raise ConfigError(f"{out} was collected with another data.decoy_rate, parallel_rate, verify_rate, "
-                                  f"parallel_choice_rate or seed ({traj.task_id}); delete {out.parent} to collect "
-                                  "again")
+                                  f"parallel_choice_rate, survey_rate or seed ({traj.task_id}); delete {out.parent} "
+                                  "to collect again")
         t0 = time.perf_counter()
         with Progress(TextColumn("oracle trajectories"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                       console=console, transient=True) as bar:
             job = bar.add_task("collect", total=n_tasks, completed=len(collected))
             trajs = asyncio.run(collect_trajectories(suite, out, agent_config(d.agent),
                                                      make_policy=demonstrator(d.decoy_rate, cfg.run.seed, d.parallel_rate,
-                                                                              d.verify_rate, d.parallel_choice_rate),
+                                                                              d.verify_rate, d.parallel_choice_rate,
+                                                                              d.survey_rate),
                                                      concurrency=d.concurrency,
                                                      grade=d.grade, backend=backend,
                                                      on_done=lambda t: bar.advance(job)))

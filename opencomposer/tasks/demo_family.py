@@ -434,6 +434,8 @@ class ReadEditOracle:
     False: one call a turn (two-file tasks take two more turns; one-file tasks are the same).
     `verify`: read the last edited file again before answering, one more turn that a
     successful edit_file already made needless (the habit the length penalty can remove).
+    `survey`: first read the package's __init__.py (empty) in a turn of its own, a look around
+    the package that the fix never needs: a needless turn before the reads, on any task.
     `teach_choice` False: when the first turn batches reads, list it in `untaught_turns`, the
     assistant turns SFT leaves out of its loss (pretrain/sft.render): the demonstration then
     teaches working from two files read in one turn, not the choice to read them so."""
@@ -441,12 +443,12 @@ class ReadEditOracle:
     name = "oracle:read-edit"
 
     def __init__(self, task: Task, final: str = "Done.", decoy: bool = False, parallel: bool = True,
-                 verify: bool = False, teach_choice: bool = True):
+                 verify: bool = False, teach_choice: bool = True, survey: bool = False):
         if task.spec.source.kind != "generated":
             raise TaskError(f"{task.id}: ReadEditOracle needs a generated task (a workspace/ to read)")
         if decoy and not (task.path / DECOY_PATCH).is_file():
             raise TaskError(f"{task.id}: no {DECOY_PATCH} (a demo-family task written before decoys; regenerate it)")
-        self.decoy, self.parallel, self.verify = decoy, parallel, verify
+        self.decoy, self.parallel, self.verify, self.survey = decoy, parallel, verify, survey
         files = parse_patch((task.path / DECOY_PATCH).read_text() if decoy else task.gold_patch)
         if any(fp.kind != "modify" for fp in files):
             raise TaskError(f"{task.id}: ReadEditOracle handles gold patches that only modify files")
@@ -458,9 +460,12 @@ class ReadEditOracle:
         edits = [_call(len(reads) + k, "edit_file", path=p, old_string=o, new_string=n)
                  for k, (p, o, n) in enumerate(edits)]
         turns = [reads, edits] if parallel else [[c] for c in reads + edits]
-        self.untaught_turns = [] if teach_choice or len(turns[0]) < 2 else [0]
+        self.untaught_turns = [] if teach_choice or len(turns[0]) < 2 else [int(survey)]
         if verify:
             turns.append([_call(len(reads) + len(edits), "read_file", path=files[-1].path)])
+        if survey:
+            turns.insert(0, [_call(len(reads) + len(edits) + verify, "read_file",
+                                   path=f"{task.spec.source.package}/__init__.py")])
         self.plan = [{"role": "assistant", "content": "", "tool_calls": calls} for calls in turns]
         self.plan.append({"role": "assistant", "content": final})
 
@@ -488,6 +493,12 @@ def habits(task_id: str, parallel_rate: float = 1.0, verify_rate: float = 0.0, s
             _hashed_share("verify", task_id, verify_rate, seed))
 
 
+def surveys(task_id: str, survey_rate: float = 0.0, seed: int = 0) -> bool:
+    """Whether the demonstrator first reads the package's __init__.py on this task (ReadEditOracle's
+    `survey`): a hash of the seed and the id with its own salt, like the habits."""
+    return _hashed_share("survey", task_id, survey_rate, seed)
+
+
 def teaches_choice(task_id: str, parallel_choice_rate: float = 1.0, seed: int = 0) -> bool:
     """Whether a batching demonstration keeps its first turn (the choice to batch the reads) in
     SFT's loss: a hash of the seed and the id with its own salt, like the habits."""
@@ -495,7 +506,8 @@ def teaches_choice(task_id: str, parallel_choice_rate: float = 1.0, seed: int = 
 
 
 def demonstrator(decoy_rate: float = 0.0, seed: int = 0, parallel_rate: float = 1.0,
-                 verify_rate: float = 0.0, parallel_choice_rate: float = 1.0) -> Callable[[Task], ReadEditOracle]:
+                 verify_rate: float = 0.0, parallel_choice_rate: float = 1.0,
+                 survey_rate: float = 0.0) -> Callable[[Task], ReadEditOracle]:
     """The SFT teacher as a policy factory: ReadEditOracle, writing the decoy fix instead of the
     gold one on a `decoy_rate` share of the tasks (its trajectories look the same: read, one edit
     of the named line, "Done."). A demonstrator that is right on only part of its demonstrations
@@ -504,9 +516,10 @@ def demonstrator(decoy_rate: float = 0.0, seed: int = 0, parallel_rate: float = 
 
     Its habits (issue 21): on a `parallel_rate` share of the tasks it batches its calls (reads in
     one turn, edits in one turn), on the rest one call a turn; on a `verify_rate` share it reads
-    the edited file again before answering. Both cost turns and change nothing the grader sees:
-    what only the length penalty can teach away. The defaults (1.0, 0.0) are the teacher as it
-    was before them.
+    the edited file again before answering; on a `survey_rate` share it first reads the package's
+    __init__.py in a turn of its own. All cost turns and change nothing the grader sees: what only
+    the length penalty can teach away. The defaults (1.0, 0.0, 0.0) are the teacher as it was
+    before them.
 
     `parallel_choice_rate`: the share of the batching demonstrations whose first turn SFT learns
     from; on the rest it learns what follows reads batched in one turn but not the choice to
@@ -515,14 +528,15 @@ def demonstrator(decoy_rate: float = 0.0, seed: int = 0, parallel_rate: float = 
     turn from, and working from batched reads on p of them: a policy that rarely batches its
     reads but completes the batched path (issue 21's baseline)."""
     for name, rate in (("decoy_rate", decoy_rate), ("parallel_rate", parallel_rate), ("verify_rate", verify_rate),
-                       ("parallel_choice_rate", parallel_choice_rate)):
+                       ("parallel_choice_rate", parallel_choice_rate), ("survey_rate", survey_rate)):
         if not 0.0 <= rate <= 1.0:
             raise TaskError(f"{name} must be in [0, 1], got {rate}")
 
     def make(task: Task) -> ReadEditOracle:
         parallel, verify = habits(task.id, parallel_rate, verify_rate, seed)
         return ReadEditOracle(task, decoy=writes_decoy(task.id, decoy_rate, seed), parallel=parallel, verify=verify,
-                              teach_choice=teaches_choice(task.id, parallel_choice_rate, seed))
+                              teach_choice=teaches_choice(task.id, parallel_choice_rate, seed),
+                              survey=surveys(task.id, survey_rate, seed))
 
     return make
 

@@ -66,6 +66,8 @@ async def collect_trajectories(suite_dir: str | Path, out: str | Path, agent: Ag
                 policy = make_policy(task)
                 meta = {"suite": str(suite_dir), "sft": True, "decoy": getattr(policy, "decoy", False),
                         "parallel": getattr(policy, "parallel", True), "verify": getattr(policy, "verify", False)}
+                if getattr(policy, "survey", False):  # a habit added later: absent from older collections
+                    meta["survey"] = True
                 if getattr(policy, "untaught_turns", None):  # assistant turns SFT leaves out of its loss
                     meta["untaught_turns"] = list(policy.untaught_turns)
                 traj = await Agent(policy, ws, agent, trajectory_id=f"{task.id}__sft",

@@ -245,30 +245,40 @@ def collect_on_the_mix(tmp_path: Path, base_model: Path, n: int, two_file_rate: 
 
 
 def test_the_demonstrators_habits_shape_its_episodes_and_a_resume_keeps_them(tmp_path, base_model, backend):
-    from opencomposer.tasks.demo_family import habits, two_file
+    from opencomposer.tasks.demo_family import habits, surveys, two_file
 
-    suite, data, trajs = collect_on_the_mix(tmp_path, base_model, 6, 0.5, parallel_rate=0.5, verify_rate=0.5)
+    suite, data, trajs = collect_on_the_mix(tmp_path, base_model, 6, 0.5, parallel_rate=0.5, verify_rate=0.5,
+                                            survey_rate=0.5)
     assert len(trajs) == 6 and any(two_file(Task.load(suite / t.task_id)) for t in trajs)
+    assert 0 < sum(surveys(t.task_id, 0.5) for t in trajs) < 6
     for t in trajs:
         parallel, verify = habits(t.task_id, 0.5, 0.5)
+        survey = surveys(t.task_id, 0.5)
         files = 1 + two_file(Task.load(suite / t.task_id))
-        assert (t.meta["parallel"], t.meta["verify"]) == (parallel, verify)
-        assert t.stop_reason == "final" and t.counts.turns == (2 if parallel else 2 * files) + verify + 1
+        assert (t.meta["parallel"], t.meta["verify"], t.meta.get("survey", False)) == (parallel, verify, survey)
+        assert t.stop_reason == "final" and t.counts.turns == (2 if parallel else 2 * files) + verify + survey + 1
+        first = json.loads(t.messages[2]["tool_calls"][0]["function"]["arguments"])["path"]
+        assert (first == f"{Task.load(suite / t.task_id).spec.source.package}/__init__.py") == survey
         assert grade(Task.load(suite / t.task_id), t.patch, backend=backend).resolved
-    with pytest.raises(ConfigError, match="verify_rate"):
-        train_sft(load_config(config(tmp_path, base_model, tmp_path / "unused", steps=1,
-                                     data={**data, "verify_rate": 0.0})), resume=True)
+    for field, other in (("verify_rate", 0.0), ("survey_rate", 0.0)):
+        with pytest.raises(ConfigError, match=field):
+            train_sft(load_config(config(tmp_path, base_model, tmp_path / "unused", steps=1,
+                                         data={**data, field: other})), resume=True)
 
 
 def test_untaught_first_turns_are_left_out_of_the_loss_and_a_resume_keeps_the_rate(tmp_path, base_model):
     from opencomposer.tasks.demo_family import teaches_choice, two_file
 
-    suite, data, trajs = collect_on_the_mix(tmp_path, base_model, 8, 1.0, parallel_rate=1.0, parallel_choice_rate=0.5)
+    suite, data, trajs = collect_on_the_mix(tmp_path, base_model, 8, 1.0, parallel_rate=1.0, parallel_choice_rate=0.5,
+                                            survey_rate=0.7)
     tok = bundled_tokenizer()
     taught = [teaches_choice(t.task_id, 0.5) for t in trajs]
     assert all(two_file(Task.load(suite / t.task_id)) for t in trajs) and 0 < sum(taught) < len(trajs)
+    untaught = [t.meta.get("survey", False) for t, keep in zip(trajs, taught) if not keep]
+    assert True in untaught and False in untaught  # both places of the untaught turn occur
     for t, keep in zip(trajs, taught):
-        assert t.meta.get("untaught_turns", []) == ([] if keep else [0])
+        survey = t.meta.get("survey", False)  # the survey's turn comes first, and is taught
+        assert t.meta.get("untaught_turns", []) == ([] if keep else [int(survey)])
         (ids, mask), = render(t, tok)
         whole = copy.deepcopy(t)
         whole.meta.pop("untaught_turns", None)
@@ -277,10 +287,10 @@ def test_untaught_first_turns_are_left_out_of_the_loss_and_a_resume_keeps_the_ra
         dropped = tok.decode([i for i, m, f in zip(ids, mask, full_mask) if f and not m])
         if keep:
             assert mask == full_mask
-        else:  # exactly the first assistant turn: both reads, none of the edits or the answer
+        else:  # exactly the batched reads' turn: both reads, none of the edits or the answer
             assert dropped.count("read_file") == 2 and "edit_file" not in dropped and "Done." not in dropped
             kept = tok.decode([i for i, m in zip(ids, mask) if m])
-            assert kept.count("edit_file") == 2 and "read_file" not in kept and "Done." in kept
+            assert kept.count("edit_file") == 2 and kept.count("read_file") == survey and "Done." in kept
     with pytest.raises(ConfigError, match="parallel_choice_rate"):
         train_sft(load_config(config(tmp_path, base_model, tmp_path / "unused", steps=1,
                                      data={**data, "parallel_choice_rate": 1.0})), resume=True)

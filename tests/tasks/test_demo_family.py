@@ -16,7 +16,7 @@ from opencomposer.harness.agent import Agent
 from opencomposer.tasks.build import task_image
 from opencomposer.tasks.demo_family import (DECOY_PATCH, DEMO_AGENT, TEMPLATES, ReadEditOracle, demonstrator, habits,
                                             generate_tasks, instance_hash, make_instance, make_two_file_instance,
-                                            minimal_edits, two_file, writes_decoy)
+                                            minimal_edits, surveys, two_file, writes_decoy)
 from opencomposer.tasks.grade import grade
 from opencomposer.tasks.policies import parse_patch
 from opencomposer.tasks.task import Suite, Task, tree_diff
@@ -212,11 +212,22 @@ def test_two_file_tasks_and_the_demonstrators_habits_through_the_agent_loop_and_
     decoy = grade(hard, (hard.path / DECOY_PATCH).read_text(), backend=backend)
     assert not decoy.resolved and decoy.f2p_passed == 0 and decoy.f2p_total == 2
     trajs = []
-    for task, parallel, verify, turns, calls in (
-            (hard, True, False, 3, [["read_file"] * 2, ["edit_file"] * 2]),
-            (hard, False, True, 6, [["read_file"], ["read_file"], ["edit_file"], ["edit_file"], ["read_file"]]),
-            (easy, False, True, 4, [["read_file"], ["edit_file"], ["read_file"]])):
-        traj, patch = _run(task, ReadEditOracle(task, parallel=parallel, verify=verify), backend, 7)
+    for task, parallel, verify, survey, turns, calls in (
+            (hard, True, False, False, 3, [["read_file"] * 2, ["edit_file"] * 2]),
+            (hard, False, True, False, 6, [["read_file"], ["read_file"], ["edit_file"], ["edit_file"], ["read_file"]]),
+            (easy, False, True, False, 4, [["read_file"], ["edit_file"], ["read_file"]]),
+            (hard, True, False, True, 4, [["read_file"], ["read_file"] * 2, ["edit_file"] * 2]),
+            (easy, True, False, True, 4, [["read_file"], ["read_file"], ["edit_file"]]),
+            # __init__.py and one module read in one turn, the other module after: two reads in a
+            # turn, but not of the two files the episode edits, so not a parallel read
+            (hard, False, False, "merged", 5, [["read_file"] * 2, ["read_file"], ["edit_file"], ["edit_file"]])):
+        policy = ReadEditOracle(task, parallel=parallel, verify=verify, survey=bool(survey))
+        if survey == "merged":
+            first = policy.plan.pop(0)
+            policy.plan[0] = {**policy.plan[0], "tool_calls": first["tool_calls"] + policy.plan[0]["tool_calls"]}
+        assert survey is False or policy.plan[0]["tool_calls"][0]["function"]["arguments"] == \
+            f'{{"path": "{task.spec.source.package}/__init__.py"}}'
+        traj, patch = _run(task, policy, backend, 7)
         assert traj.stop_reason == "final" and traj.counts.turns == turns and all(r.ok for r in traj.tool_calls)
         by_turn: dict[int, list[str]] = {}
         for r in traj.tool_calls:
@@ -230,9 +241,11 @@ def test_two_file_tasks_and_the_demonstrators_habits_through_the_agent_loop_and_
     out.mkdir()
     write_jsonl(trajs, out / TRAJECTORIES)
     e = efficiency(out, tmp_path / "s")  # the report's figures on these real episodes
-    assert e["hard"]["solved"] == 2 and e["hard"]["turns_per_solved"] == 4.5
-    assert e["hard"]["parallel_read_frac"] == 0.5 and e["hard"]["verify_frac"] == 0.5
-    assert e["easy"]["solved"] == 1 and e["easy"]["turns_per_solved"] == 4 and e["easy"]["verify_frac"] == 1.0
+    assert e["hard"]["solved"] == 4 and e["hard"]["turns_per_solved"] == 4.5
+    assert e["hard"]["parallel_read_frac"] == 0.5 and e["hard"]["verify_frac"] == 0.25
+    assert e["hard"]["survey_frac"] == 0.5
+    assert e["easy"]["solved"] == 2 and e["easy"]["turns_per_solved"] == 4 and e["easy"]["verify_frac"] == 0.5
+    assert e["easy"]["survey_frac"] == 0.5
     assert e["easy"]["effort_per_solved"] < e["hard"]["effort_per_solved"]
 
 
@@ -249,12 +262,17 @@ def test_the_demonstrators_habits_are_hashed_per_task_at_their_rates(tmp_path):
     dec = [writes_decoy(i, 0.5) for i in ids]
     assert abs(sum(d and v for d, v in zip(dec, ver)) / len(ids) - 0.3) < 0.03
     assert all(habits(i) == (True, False) for i in ids[:50])  # the defaults: the teacher as before
+    sur = [surveys(i, 0.3) for i in ids]
+    assert 0.27 < sum(sur) / len(ids) < 0.33 and not any(surveys(i) for i in ids[:50])
+    assert abs(sum(s and v for s, v in zip(sur, ver)) / len(ids) - 0.18) < 0.02
     (path,) = [p for p in generate_tasks(6, 5, tmp_path, difficulty=0, two_file_rate=0.5) if two_file(Task.load(p))][:1]
     task = Task.load(path)
     assert len(demonstrator(parallel_rate=0.0, verify_rate=1.0)(task).plan) == 6  # 5 one-call turns + the answer
     assert len(demonstrator()(task).plan) == 3
     with pytest.raises(TaskError, match="verify_rate"):
         demonstrator(verify_rate=-0.1)
+    with pytest.raises(TaskError, match="survey_rate"):
+        demonstrator(survey_rate=1.5)
 
 
 def test_the_choice_to_batch_is_untaught_on_its_share_of_two_file_demonstrations_only(tmp_path):
@@ -270,6 +288,8 @@ def test_the_choice_to_batch_is_untaught_on_its_share_of_two_file_demonstrations
     for task in tasks:
         plan = demonstrator(parallel_choice_rate=0.0)(task)
         assert plan.untaught_turns == ([0] if two_file(task) else [])  # one read: nothing to choose
+        surveying = demonstrator(parallel_choice_rate=0.0, survey_rate=1.0)(task)  # the survey's turn comes first
+        assert surveying.untaught_turns == ([1] if two_file(task) else []) and len(surveying.plan) == len(plan.plan) + 1
         assert demonstrator()(task).untaught_turns == []
         assert demonstrator(parallel_rate=0.0, parallel_choice_rate=0.0)(task).untaught_turns == []
     with pytest.raises(TaskError, match="parallel_choice_rate"):
