@@ -116,22 +116,25 @@ def _call_paths(t) -> dict[str, str]:
     return out
 
 
-def episode_shape(t) -> dict:
+def episode_shape(t, patched: set[str] | None = None) -> dict:
     """How an episode spent its turns: turns, generated tokens, effort x (rl.rewards.effort at the
-    default weights), whether it read two of the files it then edited in one turn before its first
+    default weights), whether it read two of the task's patched files in one turn before its first
     edit (a parallel read), whether it read a file again after editing (a needless check) and
-    whether it read, before its first edit, a file it never edited (a needless survey, such as the
-    package's __init__.py)."""
+    whether it read, before its first edit, a file outside them (a needless survey, such as the
+    package's __init__.py). `patched`: the files the task's gold patch modifies (patched_files);
+    without it, the files the episode edited, which an episode that never edits lacks."""
     from opencomposer.rl.rewards import EffortWeights, RewardInputs, effort
 
     c = t.counts
     paths = _call_paths(t)
-    edited = {paths.get(r.call_id) for r in t.tool_calls if r.name == "edit_file" and r.ok} - {None}
-    first_edit = min((r.turn for r in t.tool_calls if r.name == "edit_file" and r.ok), default=None)
+    edits = [r for r in t.tool_calls if r.name == "edit_file" and r.ok]
+    if patched is None:
+        patched = {paths.get(r.call_id) for r in edits} - {None}
+    first_edit = min((r.turn for r in edits), default=None)
     before = [r for r in t.tool_calls if r.name == "read_file" and r.ok and (first_edit is None or r.turn < first_edit)]
     reads: dict[int, set[str]] = {}
     for r in before:
-        if paths.get(r.call_id) in edited:
+        if paths.get(r.call_id) in patched:
             reads.setdefault(r.turn, set()).add(paths[r.call_id])
     x = effort(RewardInputs(c.thinking_tokens, c.tool_call_tokens, c.tool_output_tokens, c.final_message_tokens,
                             c.tool_calls, c.turns, 0, 0, 0, False), EffortWeights())
@@ -139,7 +142,15 @@ def episode_shape(t) -> dict:
             "parallel_read": any(len(n) >= 2 for n in reads.values()),
             "verify": first_edit is not None and any(r.name == "read_file" and r.turn > first_edit
                                                      for r in t.tool_calls),
-            "survey": bool(edited) and any(paths.get(r.call_id) not in edited for r in before)}
+            "survey": bool(patched) and any(paths.get(r.call_id) not in patched for r in before)}
+
+
+def patched_files(suite: Path) -> dict[str, set[str]]:
+    """Task id -> the files its gold patch modifies."""
+    from opencomposer.tasks.policies import parse_patch
+    from opencomposer.tasks.task import Suite
+
+    return {t.id: {fp.path for fp in parse_patch(t.gold_patch)} for t in Suite.load(suite).tasks}
 
 
 def two_file_ids(suite: Path) -> set[str]:
@@ -158,13 +169,14 @@ def efficiency(eval_dir: Path, suite: Path) -> dict[str, dict]:
     """Held-out episodes by task kind (easy: one file; hard: two files, demo_family.two_file):
     success, and over the solved ones mean turns, tokens and effort, the share with a parallel
     read (two-file tasks), the share that read a file again after editing and the share that read
-    a file they never edited (issue 21; episode_shape)."""
+    a file the fix does not touch (issue 21; episode_shape against the gold patch's files)."""
     from opencomposer.harness.trajectory import read_jsonl
 
-    hard = two_file_ids(suite)
+    hard, patched = two_file_ids(suite), patched_files(suite)
     by: dict[str, list[tuple[bool, dict]]] = {"easy": [], "hard": []}
     for t in read_jsonl(eval_dir / "trajectories.jsonl"):
-        by["hard" if t.task_id in hard else "easy"].append((bool(t.reward and t.reward > 0), episode_shape(t)))
+        by["hard" if t.task_id in hard else "easy"].append((bool(t.reward and t.reward > 0),
+                                                            episode_shape(t, patched.get(t.task_id))))
     out = {}
     for kind, eps in by.items():
         solved = [e for ok, e in eps if ok]
@@ -189,7 +201,7 @@ def rl_efficiency(rl_dir: Path, suite: Path) -> dict[str, list[float]]:
     path = rl_dir / "trajectories.jsonl"
     if not path.is_file():
         return out
-    hard = two_file_ids(suite)
+    hard, patched = two_file_ids(suite), patched_files(suite)
     steps: dict[int, list] = {}
     for t in read_jsonl(path):
         steps.setdefault(int(t.meta.get("step", 0)), []).append(t)
@@ -198,7 +210,7 @@ def rl_efficiency(rl_dir: Path, suite: Path) -> dict[str, list[float]]:
         rw = [t.meta.get("reward") or {} for t in ts]
         length = sum(abs(r.get("length_penalty", 0.0)) for r in rw)
         terms = sum(abs(r.get(k, 0.0)) for r in rw for k in ("correctness", "auxiliary", "length_penalty", "kl"))
-        two = [episode_shape(t)["parallel_read"] for t in ts if t.task_id in hard]
+        two = [episode_shape(t, patched[t.task_id])["parallel_read"] for t in ts if t.task_id in hard]
         out["step"].append(step)
         out["penalty_share"].append(length / terms if terms else 0.0)
         out["turns"].append(sum(t.counts.turns for t in ts) / len(ts))
@@ -373,7 +385,7 @@ def _efficiency_section(s: dict, cfg) -> str:
     r = cfg.rl
     return f"""## Efficiency (issue 21)
 
-| held-out tasks | after | solved | turns per solved | tokens per solved | effort x per solved | parallel read (two-file, solved) | re-read after the edit (solved) | read of a file not edited (solved) |
+| held-out tasks | after | solved | turns per solved | tokens per solved | effort x per solved | parallel read (two-file, solved) | re-read after the edit (solved) | read of a file the fix does not touch (solved) |
 |---|---|---|---|---|---|---|---|---|
 {chr(10).join(rows)}
 

@@ -4,6 +4,7 @@ grader validates (gold resolves, no change fails), and the read-then-edit oracle
 from __future__ import annotations
 
 import asyncio
+import copy
 import hashlib
 import random
 import re
@@ -203,7 +204,7 @@ def _run(task: Task, policy, backend, max_turns: int):
 def test_two_file_tasks_and_the_demonstrators_habits_through_the_agent_loop_and_the_grader(tmp_path, backend):
     from opencomposer.eval.results import TRAJECTORIES
     from opencomposer.harness.trajectory import write_jsonl
-    from opencomposer.pipeline_report import efficiency
+    from opencomposer.pipeline_report import efficiency, episode_shape, patched_files
 
     paths = generate_tasks(12, 5, tmp_path / "s", difficulty=0, two_file_rate=0.5)
     hard = next(Task.load(p) for p in paths if two_file(Task.load(p)))
@@ -246,6 +247,12 @@ def test_two_file_tasks_and_the_demonstrators_habits_through_the_agent_loop_and_
     assert e["hard"]["survey_frac"] == 0.5
     assert e["easy"]["solved"] == 2 and e["easy"]["turns_per_solved"] == 4 and e["easy"]["verify_frac"] == 0.5
     assert e["easy"]["survey_frac"] == 0.5
+    # an episode whose edits failed still read both patched files in one turn (the gold patch says
+    # which); without the patch's files, the files an episode edited are all episode_shape knows
+    failed = copy.deepcopy(trajs[0])
+    failed.tool_calls = [r for r in failed.tool_calls if r.name != "edit_file"]
+    assert episode_shape(failed, patched_files(tmp_path / "s")[hard.id])["parallel_read"]
+    assert not episode_shape(failed)["parallel_read"] and episode_shape(trajs[0])["parallel_read"]
     assert e["easy"]["effort_per_solved"] < e["hard"]["effort_per_solved"]
 
 
