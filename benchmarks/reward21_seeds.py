@@ -6,25 +6,28 @@
 Per seed, one pipeline run (opencomposer/pipeline.py) up to the SFT evaluation in
 <out>/seed<N>/base, on the efficiency mix (MIX below: half the tasks two-file, 1,600 SFT steps, a
 demonstrator that writes the decoy fix on 40% of its demonstrations, batches its calls on half
-(the choice to batch taught on a fifth of those) and re-reads the edited file on half), then two RL
-arms from copies of it: `correctness` (the demo's RL defaults) and `full` (FULL: the length
-penalty on successes only, k1 KL to the SFT policy, the tool-error terms, groups without a success
-zeroed), each through RL, the held-out evaluation and the report. --jobs runs that many arms at
-once (each `opencomposer demo` in its own process; on 2 cores, 2 arms take about as long as one
-alone twice). A rerun resumes unfinished stages and reuses finished ones.
+(the choice to batch taught on a fifth of those), first reads the package's __init__.py on 70% and
+re-reads the edited file on 70%), then two RL arms from copies of it: `correctness` (the demo's RL
+defaults) and `full` (FULL: the length penalty on successes only, k1 KL to the SFT policy, the
+tool-error terms, groups without a success zeroed), each through RL, the held-out evaluation and
+the report. --jobs runs that many arms at once (each `opencomposer demo` in its own process; on 2
+cores, 2 arms take about as long as one alone twice). A rerun resumes unfinished stages and
+reuses finished ones.
 
 Per arm the figures come from its report (pipeline_report.efficiency on the held-out episodes):
 success after SFT and after RL, and over the solved episodes by task kind mean turns, tokens and
 effort, parallel reads on two-file tasks (the share of the solved ones, and of all two-file tasks
-the share solved with one) and re-reads after the edit. The comparison per seed:
-the full arm's lift over SFT, its distance to correctness-only, its turns per solved task
-against correctness-only's, and the effort it saved on easy against hard tasks (the concavity
-claim: more saved on easy ones). Mean and sample std over the seeds; --json prints it all.
+the share solved with one), re-reads after the edit and surveys (reads of a file the fix does not
+touch). The comparison per seed: the full arm's lift over SFT, its distance to correctness-only,
+its turns per solved task against correctness-only's, and the effort it saved on easy against
+hard tasks (the concavity claim: more saved on easy ones). Mean and sample std over the seeds; --json prints it all.
 
 MIX and FULL are configs/demo/pipeline_full_reward.yaml (a test checks it) and change with it: the
 commands in docs/demo-design.md from before 2026-12-07 (session 12) ran with MIX = two-file rate
 0.5, 7 turns, parallel_rate 0.05, verify_rate 0.5 and FULL = length_coef 1e-3 (every rollout),
-kl_coef 1e-3, tool_error_coef 0.02, zero_failed_groups; their --set flags name what they changed.
+kl_coef 1e-3, tool_error_coef 0.02, zero_failed_groups; those of sessions 12 and 13 with today's
+MIX less the survey (survey_rate 0) and with verify_rate 0.5; their --set flags name what they
+changed.
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 MIX = ["tasks.two_file_rate=0.5", "tasks.max_turns=7", "sft.steps=1600", "sft.decoy_rate=0.4", "sft.parallel_rate=0.5",
-       "sft.parallel_choice_rate=0.2", "sft.verify_rate=0.5"]
+       "sft.parallel_choice_rate=0.2", "sft.verify_rate=0.7", "sft.survey_rate=0.7"]
 FULL = ["rl.length_coef=1.5e-3", "rl.length_scope=correct", "rl.kl_coef=1e-3", "rl.tool_error_coef=0.02",
         "rl.zero_failed_groups=true"]
 ARMS = ("correctness", "full")
