@@ -193,11 +193,13 @@ def efficiency(eval_dir: Path, suite: Path) -> dict[str, dict]:
 
 def rl_efficiency(rl_dir: Path, suite: Path) -> dict[str, list[float]]:
     """Per RL step, over its trained rollouts (rl/trajectories.jsonl): the length penalty's share of
-    the reward (mean |length term| over the mean of every term's |value|), mean turns, and the
-    share of two-file rollouts with a parallel read."""
+    the reward (mean |length term| over the mean of every term's |value|), mean turns, the share
+    of two-file rollouts with a parallel read, and the shares of rollouts with each needless habit
+    (a survey, a re-read after the edit: episode_shape)."""
     from opencomposer.harness.trajectory import read_jsonl
 
-    out: dict[str, list[float]] = {"step": [], "penalty_share": [], "turns": [], "parallel_read_frac": []}
+    out: dict[str, list[float]] = {"step": [], "penalty_share": [], "turns": [], "parallel_read_frac": [],
+                                   "survey_frac": [], "verify_frac": []}
     path = rl_dir / "trajectories.jsonl"
     if not path.is_file():
         return out
@@ -210,17 +212,21 @@ def rl_efficiency(rl_dir: Path, suite: Path) -> dict[str, list[float]]:
         rw = [t.meta.get("reward") or {} for t in ts]
         length = sum(abs(r.get("length_penalty", 0.0)) for r in rw)
         terms = sum(abs(r.get(k, 0.0)) for r in rw for k in ("correctness", "auxiliary", "length_penalty", "kl"))
-        two = [episode_shape(t, patched[t.task_id])["parallel_read"] for t in ts if t.task_id in hard]
+        shapes = [(t.task_id in hard, episode_shape(t, patched[t.task_id])) for t in ts]
+        two = [e["parallel_read"] for is_hard, e in shapes if is_hard]
         out["step"].append(step)
         out["penalty_share"].append(length / terms if terms else 0.0)
         out["turns"].append(sum(t.counts.turns for t in ts) / len(ts))
         out["parallel_read_frac"].append(sum(two) / len(two) if two else float("nan"))
+        for habit in ("survey", "verify"):
+            out[f"{habit}_frac"].append(sum(e[habit] for _, e in shapes) / len(shapes))
     return out
 
 
 def plot_efficiency(eff: dict[str, dict], curve: dict[str, list[float]], path: Path) -> Path:
     """Three panels: turns per solved task (easy/hard, after SFT and after RL); the penalty's
-    share of the reward per RL step; turns per rollout and parallel reads per RL step."""
+    share of the reward per RL step; turns per rollout, parallel reads and the needless habits per
+    RL step."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -242,8 +248,12 @@ def plot_efficiency(eff: dict[str, dict], curve: dict[str, list[float]], path: P
     c.set_ylabel("turns")
     c2 = c.twinx()
     c2.plot(curve["step"], curve["parallel_read_frac"], color="tab:orange", marker=".", label="parallel read (two-file)")
+    if any(curve.get("survey_frac", [])):
+        c2.plot(curve["step"], curve["survey_frac"], color="tab:green", marker=".", label="survey")
+    if any(curve.get("verify_frac", [])):
+        c2.plot(curve["step"], curve["verify_frac"], color="tab:red", marker=".", label="re-read")
     c2.set_ylim(0, 1)
-    c2.set_ylabel("share of two-file rollouts")
+    c2.set_ylabel("share of (two-file) rollouts")
     c.legend(loc="upper left", fontsize=8)
     c2.legend(loc="upper right", fontsize=8)
     for ax in (a, b, c):

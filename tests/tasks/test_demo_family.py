@@ -204,7 +204,7 @@ def _run(task: Task, policy, backend, max_turns: int):
 def test_two_file_tasks_and_the_demonstrators_habits_through_the_agent_loop_and_the_grader(tmp_path, backend):
     from opencomposer.eval.results import TRAJECTORIES
     from opencomposer.harness.trajectory import write_jsonl
-    from opencomposer.pipeline_report import efficiency, episode_shape, patched_files
+    from opencomposer.pipeline_report import efficiency, episode_shape, patched_files, plot_efficiency, rl_efficiency
 
     paths = generate_tasks(12, 5, tmp_path / "s", difficulty=0, two_file_rate=0.5)
     hard = next(Task.load(p) for p in paths if two_file(Task.load(p)))
@@ -253,6 +253,15 @@ def test_two_file_tasks_and_the_demonstrators_habits_through_the_agent_loop_and_
     failed.tool_calls = [r for r in failed.tool_calls if r.name != "edit_file"]
     assert episode_shape(failed, patched_files(tmp_path / "s")[hard.id])["parallel_read"]
     assert not episode_shape(failed)["parallel_read"] and episode_shape(trajs[0])["parallel_read"]
+    # the report's RL curve on the same episodes as two RL steps of three rollouts each, and its plot
+    for i, t in enumerate(trajs):
+        t.meta["step"] = 1 + i // 3
+    (tmp_path / "rl").mkdir()
+    write_jsonl(trajs, tmp_path / "rl" / "trajectories.jsonl")
+    curve = rl_efficiency(tmp_path / "rl", tmp_path / "s")
+    assert curve["step"] == [1, 2] and curve["parallel_read_frac"] == [0.5, 0.5] and curve["turns"] == [13 / 3] * 2
+    assert curve["survey_frac"] == [0.0, 1.0] and curve["verify_frac"] == [2 / 3, 0.0]
+    assert plot_efficiency({"sft": e, "rl": e}, curve, tmp_path / "efficiency.png").stat().st_size > 10_000
     assert e["easy"]["effort_per_solved"] < e["hard"]["effort_per_solved"]
 
 
