@@ -212,7 +212,7 @@ def rl_efficiency(rl_dir: Path, suite: Path) -> dict[str, list[float]]:
         rw = [t.meta.get("reward") or {} for t in ts]
         length = sum(abs(r.get("length_penalty", 0.0)) for r in rw)
         terms = sum(abs(r.get(k, 0.0)) for r in rw for k in ("correctness", "auxiliary", "length_penalty", "kl"))
-        shapes = [(t.task_id in hard, episode_shape(t, patched[t.task_id])) for t in ts]
+        shapes = [(t.task_id in hard, episode_shape(t, patched.get(t.task_id))) for t in ts]
         two = [e["parallel_read"] for is_hard, e in shapes if is_hard]
         out["step"].append(step)
         out["penalty_share"].append(length / terms if terms else 0.0)
