@@ -148,7 +148,10 @@ class SFTStage(Section):
     (demo_family.demonstrator): few batched reads after SFT, and those completed."""
     survey_rate: float = Field(0.0, ge=0, le=1)
     """Share of the demonstrations that first read the package's __init__.py in a turn of its own (a
-    needless turn before the reads, on easy and hard tasks alike)."""
+    needless turn before the reads)."""
+    habit_tasks: Literal["all", "one_file"] = "all"
+    """Which tasks the re-read and the survey fall on: "all", or "one_file" (the easy tasks), which
+    leaves a two-file task's unbatched calls as its only turns to save (demo_family.teacher_habits)."""
 
 
 class EvalStage(Section):
@@ -256,13 +259,17 @@ class PipelineConfig(Section):
         if need > self.tasks.n_rl:  # RL visits each of its tasks at most once
             raise ValueError(f"rl.steps x rl.groups_per_step = {need} tasks, but tasks.n_rl is {self.tasks.n_rl}")
         # the demonstrator's longest episode: its call turns (one call a turn on two-file tasks
-        # unless it always batches), a re-read if it ever verifies, a survey if it ever surveys, the answer
+        # unless it always batches), a re-read if it ever verifies, a survey if it ever surveys
+        # (not on two-file tasks when the habits keep to one-file ones), the answer
         t, s = self.tasks, self.sft
-        longest = (4 if t.two_file_rate and s.parallel_rate < 1 else 2) + (s.verify_rate > 0) + (s.survey_rate > 0) + 1
+        habits = (s.verify_rate > 0) + (s.survey_rate > 0)
+        calls = 4 if t.two_file_rate and s.parallel_rate < 1 else 2
+        longest = max(calls, 2 + habits) + 1 if s.habit_tasks == "one_file" else calls + habits + 1
         if t.max_turns < longest:
             raise ValueError(f"tasks.max_turns is {t.max_turns}, but the demonstrator's episodes take up to {longest} "
                              f"turns (tasks.two_file_rate {t.two_file_rate}, sft.parallel_rate {s.parallel_rate}, "
-                             f"sft.verify_rate {s.verify_rate}, sft.survey_rate {s.survey_rate}): raise "
+                             f"sft.verify_rate {s.verify_rate}, sft.survey_rate {s.survey_rate}, sft.habit_tasks "
+                             f"{s.habit_tasks}): raise "
                              "tasks.max_turns")
         return self
 
@@ -437,6 +444,7 @@ class Pipeline:
                      "concurrency": 2, "max_len": 1024, "val_examples": 16, "decoy_rate": c.decoy_rate,
                      "parallel_rate": c.parallel_rate, "verify_rate": c.verify_rate,
                      "parallel_choice_rate": c.parallel_choice_rate, "survey_rate": c.survey_rate,
+                     "habit_tasks": c.habit_tasks,
                      "cache_dir": str(self.paths["cache"] / "sft")},
             "steps": c.steps, "batch_size": c.batch_size, "optim": {"lr": c.lr, "warmup_steps": c.warmup_steps},
             "mtp": {"mode": "distill", "weight": c.mtp_weight} if c.mtp_weight else None,

@@ -427,10 +427,13 @@ def _habits(sft) -> str:
         return ""
     choice = (f" (SFT learns the choice to batch the reads from {sft.parallel_choice_rate:.0%} of those, and "
               f"what follows batched reads from all of them)" if sft.parallel_choice_rate < 1.0 else "")
+    survey = (f", and first reads the package's __init__.py in a turn of its own on {sft.survey_rate:.0%}"
+              if sft.survey_rate else "")
+    where = (" of the one-file tasks (never on two-file ones)"
+             if sft.habit_tasks == "one_file" and (sft.verify_rate or sft.survey_rate) else "")
     return (f" Its habits: it batches its calls on {sft.parallel_rate:.0%} of the demonstrations{choice}, one "
             f"call a turn on the rest{',' if sft.survey_rate else ', and'} reads the edited file again on "
-            f"{sft.verify_rate:.0%}" + (f", and first reads the package's __init__.py in a turn of its own on "
-                                         f"{sft.survey_rate:.0%}" if sft.survey_rate else "") + ".")
+            f"{sft.verify_rate:.0%}{survey}{where}.")
 
 
 def _html(md: str) -> str:

@@ -144,6 +144,13 @@ def test_config_file_restates_the_defaults_and_bad_values_are_named():
         load_config(None, ["tasks.two_file_rate=0.5", "sft.verify_rate=0.5", "sft.survey_rate=0.5", "tasks.max_turns=4"])
     assert load_config(None, ["tasks.two_file_rate=0.5", "sft.parallel_rate=0.5", "sft.verify_rate=0.5",
                               "sft.survey_rate=0.5", "tasks.max_turns=7"])
+    one_file = ["tasks.two_file_rate=0.5", "sft.parallel_rate=0.5", "sft.verify_rate=0.5", "sft.survey_rate=0.5",
+                "sft.habit_tasks=one_file"]  # 4 calls on two-file tasks, 2 + 2 habits on one-file ones
+    assert load_config(None, [*one_file, "tasks.max_turns=5"]).sft.habit_tasks == "one_file"
+    with pytest.raises(ConfigError, match="sft.habit_tasks one_file"):
+        load_config(None, [*one_file, "tasks.max_turns=4"])
+    with pytest.raises(ConfigError, match="sft.habit_tasks"):
+        load_config(None, ["sft.habit_tasks=two_file"])
 
 
 CONFIGS = Path(__file__).parents[1] / "configs" / "demo"

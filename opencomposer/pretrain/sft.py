@@ -52,7 +52,7 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Literal
 
 import numpy as np
 import torch
@@ -129,6 +129,9 @@ class SFTDataConfig(Section):
     survey_rate: float = Field(0.0, ge=0, le=1)
     """Share of the tasks on which the demonstrator first reads the package's __init__.py in a turn
     of its own (one needless turn before the reads, demo_family.surveys)."""
+    habit_tasks: Literal["all", "one_file"] = "all"
+    """Which tasks the re-read and the survey may fall on: "one_file" keeps them off two-file tasks,
+    whose only needless turns are then the unbatched calls (demo_family.teacher_habits)."""
     agent: str | dict[str, Any] | None = None
     """AgentConfig YAML file or inline fields for collection; null: the demo's (demo_family.DEMO_AGENT)."""
     concurrency: int = Field(2, ge=1)
@@ -144,7 +147,7 @@ class SFTDataConfig(Section):
     def _collection_needs_a_suite(self) -> "SFTDataConfig":
         # these fields shape the demonstrator's collection, which only a suite starts
         unused = [k for k in ("generate", "grade", "decoy_rate", "parallel_rate", "verify_rate", "parallel_choice_rate",
-                              "survey_rate", "agent", "concurrency")
+                              "survey_rate", "habit_tasks", "agent", "concurrency")
                   if getattr(self, k) != type(self).model_fields[k].default]
         if self.suite is None and unused:
             raise ValueError(f"data.{', data.'.join(unused)}: used only when collecting on data.suite, which is not set")
@@ -403,22 +406,23 @@ def prepare_data(cfg: SFTConfig, tok: Tokenizer, console: Console, backend=None)
             generate_tasks(d.generate.n, d.generate.seed, suite, difficulty=d.generate.difficulty, suite_name="demo-train")
             console.print(f"generated {d.generate.n} demo tasks in {suite}")
         out = Path(cfg.run.out_dir) / "sft_data" / TRAJECTORIES
-        from opencomposer.tasks.demo_family import demonstrator, habits, surveys, teaches_choice, writes_decoy
+        from opencomposer.tasks.demo_family import demonstrator, teacher_habits, teaches_choice, writes_decoy
         from opencomposer.tasks.task import Suite
 
-        n_tasks = len(Suite.load(suite).tasks)
+        tasks = {t.id: t for t in Suite.load(suite).tasks}
+        n_tasks = len(tasks)
         collected = read_jsonl(out) if out.is_file() else []
         for traj in collected:  # a resumed collection must keep its teacher
             teacher = (traj.meta.get("decoy", False), traj.meta.get("parallel", True), traj.meta.get("verify", False),
-                       bool(traj.meta.get("untaught_turns")), traj.meta.get("survey", False))
-            parallel, verify = habits(traj.task_id, d.parallel_rate, d.verify_rate, cfg.run.seed)
-            untaught = (parallel and _first_turn_batches(traj)
+                       traj.meta.get("survey", False), bool(traj.meta.get("untaught_turns")))
+            habits = teacher_habits(tasks[traj.task_id], d.parallel_rate, d.verify_rate, d.survey_rate, cfg.run.seed,
+                                    d.habit_tasks) if traj.task_id in tasks else None
+            untaught = (habits is not None and habits[0] and _first_turn_batches(traj)
                         and not teaches_choice(traj.task_id, d.parallel_choice_rate, cfg.run.seed))
-            if teacher != (writes_decoy(traj.task_id, d.decoy_rate, cfg.run.seed), parallel, verify, untaught,
-                           surveys(traj.task_id, d.survey_rate, cfg.run.seed)):
+            if habits is None or teacher != (writes_decoy(traj.task_id, d.decoy_rate, cfg.run.seed), *habits, untaught):
                 raise ConfigError(f"{out} was collected with another data.decoy_rate, parallel_rate, verify_rate, "
-                                  f"parallel_choice_rate, survey_rate or seed ({traj.task_id}); delete {out.parent} "
-                                  "to collect again")
+                                  f"parallel_choice_rate, survey_rate, habit_tasks, seed or suite ({traj.task_id}); "
+                                  f"delete {out.parent} to collect again")
         t0 = time.perf_counter()
         with Progress(TextColumn("oracle trajectories"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                       console=console, transient=True) as bar:
@@ -426,7 +430,7 @@ def prepare_data(cfg: SFTConfig, tok: Tokenizer, console: Console, backend=None)
             trajs = asyncio.run(collect_trajectories(suite, out, agent_config(d.agent),
                                                      make_policy=demonstrator(d.decoy_rate, cfg.run.seed, d.parallel_rate,
                                                                               d.verify_rate, d.parallel_choice_rate,
-                                                                              d.survey_rate),
+                                                                              d.survey_rate, d.habit_tasks),
                                                      concurrency=d.concurrency,
                                                      grade=d.grade, backend=backend,
                                                      on_done=lambda t: bar.advance(job)))

@@ -499,6 +499,24 @@ def surveys(task_id: str, survey_rate: float = 0.0, seed: int = 0) -> bool:
     return _hashed_share("survey", task_id, survey_rate, seed)
 
 
+HABIT_TASKS = ("all", "one_file")
+"""Which tasks the demonstrator's needless habits (the survey, the re-read) may fall on: any, or
+only one-file tasks (then a two-file task's only needless turns are its unbatched calls)."""
+
+
+def teacher_habits(task: Task, parallel_rate: float = 1.0, verify_rate: float = 0.0, survey_rate: float = 0.0,
+                   seed: int = 0, habit_tasks: str = "all") -> tuple[bool, bool, bool]:
+    """(parallel, verify, survey) of the demonstrator on this task: `habits` and `surveys`, with the
+    re-read and the survey off on two-file tasks when `habit_tasks` is "one_file"."""
+    if habit_tasks not in HABIT_TASKS:
+        raise TaskError(f"habit_tasks must be one of {', '.join(HABIT_TASKS)}, got {habit_tasks!r}")
+    parallel, verify = habits(task.id, parallel_rate, verify_rate, seed)
+    survey = surveys(task.id, survey_rate, seed)
+    if habit_tasks == "one_file" and two_file(task):
+        verify = survey = False
+    return parallel, verify, survey
+
+
 def teaches_choice(task_id: str, parallel_choice_rate: float = 1.0, seed: int = 0) -> bool:
     """Whether a batching demonstration keeps its first turn (the choice to batch the reads) in
     SFT's loss: a hash of the seed and the id with its own salt, like the habits."""
@@ -507,7 +525,7 @@ def teaches_choice(task_id: str, parallel_choice_rate: float = 1.0, seed: int = 
 
 def demonstrator(decoy_rate: float = 0.0, seed: int = 0, parallel_rate: float = 1.0,
                  verify_rate: float = 0.0, parallel_choice_rate: float = 1.0,
-                 survey_rate: float = 0.0) -> Callable[[Task], ReadEditOracle]:
+                 survey_rate: float = 0.0, habit_tasks: str = "all") -> Callable[[Task], ReadEditOracle]:
     """The SFT teacher as a policy factory: ReadEditOracle, writing the decoy fix instead of the
     gold one on a `decoy_rate` share of the tasks (its trajectories look the same: read, one edit
     of the named line, "Done."). A demonstrator that is right on only part of its demonstrations
@@ -519,7 +537,8 @@ def demonstrator(decoy_rate: float = 0.0, seed: int = 0, parallel_rate: float = 
     the edited file again before answering; on a `survey_rate` share it first reads the package's
     __init__.py in a turn of its own. All cost turns and change nothing the grader sees: what only
     the length penalty can teach away. The defaults (1.0, 0.0, 0.0) are the teacher as it was
-    before them.
+    before them. `habit_tasks` "one_file" keeps the re-read and the survey off two-file tasks
+    (teacher_habits): there the only turns to save are the unbatched calls.
 
     `parallel_choice_rate`: the share of the batching demonstrations whose first turn SFT learns
     from; on the rest it learns what follows reads batched in one turn but not the choice to
@@ -531,12 +550,13 @@ def demonstrator(decoy_rate: float = 0.0, seed: int = 0, parallel_rate: float = 
                        ("parallel_choice_rate", parallel_choice_rate), ("survey_rate", survey_rate)):
         if not 0.0 <= rate <= 1.0:
             raise TaskError(f"{name} must be in [0, 1], got {rate}")
+    if habit_tasks not in HABIT_TASKS:
+        raise TaskError(f"habit_tasks must be one of {', '.join(HABIT_TASKS)}, got {habit_tasks!r}")
 
     def make(task: Task) -> ReadEditOracle:
-        parallel, verify = habits(task.id, parallel_rate, verify_rate, seed)
+        parallel, verify, survey = teacher_habits(task, parallel_rate, verify_rate, survey_rate, seed, habit_tasks)
         return ReadEditOracle(task, decoy=writes_decoy(task.id, decoy_rate, seed), parallel=parallel, verify=verify,
-                              teach_choice=teaches_choice(task.id, parallel_choice_rate, seed),
-                              survey=surveys(task.id, survey_rate, seed))
+                              teach_choice=teaches_choice(task.id, parallel_choice_rate, seed), survey=survey)
 
     return make
 

@@ -266,6 +266,21 @@ def test_the_demonstrators_habits_shape_its_episodes_and_a_resume_keeps_them(tmp
                                          data={**data, field: other})), resume=True)
 
 
+def test_habits_kept_to_one_file_tasks_are_collected_so_and_a_resume_keeps_the_scope(tmp_path, base_model):
+    from opencomposer.tasks.demo_family import two_file
+
+    suite, data, trajs = collect_on_the_mix(tmp_path, base_model, 6, 0.5, parallel_rate=0.0, verify_rate=1.0,
+                                            survey_rate=1.0, habit_tasks="one_file")
+    kinds = [two_file(Task.load(suite / t.task_id)) for t in trajs]
+    assert len(trajs) == 6 and True in kinds and False in kinds
+    for t, two in zip(trajs, kinds):  # two-file: 2 reads, 2 edits; one-file: survey, read, edit, re-read
+        assert (t.meta["verify"], t.meta.get("survey", False)) == (not two, not two)
+        assert t.stop_reason == "final" and t.counts.turns == 5
+    with pytest.raises(ConfigError, match="habit_tasks"):
+        train_sft(load_config(config(tmp_path, base_model, tmp_path / "unused", steps=1,
+                                     data={**data, "habit_tasks": "all"})), resume=True)
+
+
 def test_untaught_first_turns_are_left_out_of_the_loss_and_a_resume_keeps_the_rate(tmp_path, base_model):
     from opencomposer.tasks.demo_family import teaches_choice, two_file
 

@@ -291,6 +291,27 @@ def test_the_demonstrators_habits_are_hashed_per_task_at_their_rates(tmp_path):
         demonstrator(survey_rate=1.5)
 
 
+def test_habits_kept_to_one_file_tasks_leave_two_file_tasks_only_their_unbatched_calls(tmp_path):
+    from opencomposer.tasks.demo_family import teacher_habits
+
+    tasks = [Task.load(p) for p in generate_tasks(8, 5, tmp_path, difficulty=0, two_file_rate=0.5)]
+    assert {two_file(t) for t in tasks} == {True, False}
+    for task in tasks:
+        everywhere = teacher_habits(task, 0.5, 1.0, 1.0, seed=3)
+        assert everywhere == (habits(task.id, 0.5, 1.0, 3)[0], True, True)
+        kept = teacher_habits(task, 0.5, 1.0, 1.0, seed=3, habit_tasks="one_file")
+        assert kept == ((everywhere[0], False, False) if two_file(task) else everywhere)
+        plan = demonstrator(parallel_rate=0.0, verify_rate=1.0, survey_rate=1.0, habit_tasks="one_file")(task).plan
+        calls = [c["function"] for m in plan[:-1] for c in m["tool_calls"]]
+        assert len(plan) == 5  # two-file: 4 one-call turns; one-file: a survey, the read, the edit, a re-read
+        assert [c["name"] for c in calls] == (["read_file"] * 2 + ["edit_file"] * 2 if two_file(task)
+                                              else ["read_file", "read_file", "edit_file", "read_file"])
+        assert len(demonstrator(verify_rate=1.0, survey_rate=1.0, habit_tasks="one_file")(task).plan) == \
+            (3 if two_file(task) else 5)  # batched: reads, edits, the answer
+    with pytest.raises(TaskError, match="habit_tasks"):
+        demonstrator(habit_tasks="two_file")
+
+
 def test_the_choice_to_batch_is_untaught_on_its_share_of_two_file_demonstrations_only(tmp_path):
     from opencomposer.tasks.demo_family import teaches_choice
 
