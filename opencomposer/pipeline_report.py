@@ -121,7 +121,7 @@ def episode_shape(t, patched: set[str] | None = None) -> dict:
     default weights), whether it read two of the task's patched files in one turn before its first
     edit (a parallel read), whether it read a file again after editing (a needless check) and
     whether it read, before its first edit, a file outside them (a needless survey, such as the
-    package's __init__.py). `patched`: the files the task's gold patch modifies (patched_files);
+    package's __init__.py). `patched`: the files the task's gold patch modifies (suite_files);
     without it, the files the episode edited, which an episode that never edits lacks."""
     from opencomposer.rl.rewards import EffortWeights, RewardInputs, effort
 
@@ -145,20 +145,15 @@ def episode_shape(t, patched: set[str] | None = None) -> dict:
             "survey": bool(patched) and any(paths.get(r.call_id) not in patched for r in before)}
 
 
-def patched_files(suite: Path) -> dict[str, set[str]]:
-    """Task id -> the files its gold patch modifies."""
+def suite_files(suite: Path) -> tuple[set[str], dict[str, set[str]]]:
+    """From one load of the suite: the ids of its two-file (hard) tasks (demo_family.two_file), and
+    task id -> the files its gold patch modifies."""
+    from opencomposer.tasks.demo_family import two_file
     from opencomposer.tasks.policies import parse_patch
     from opencomposer.tasks.task import Suite
 
-    return {t.id: {fp.path for fp in parse_patch(t.gold_patch)} for t in Suite.load(suite).tasks}
-
-
-def two_file_ids(suite: Path) -> set[str]:
-    """Ids of the suite's two-file (hard) tasks, demo_family.two_file."""
-    from opencomposer.tasks.demo_family import two_file
-    from opencomposer.tasks.task import Suite
-
-    return {t.id for t in Suite.load(suite).tasks if two_file(t)}
+    tasks = Suite.load(suite).tasks
+    return {t.id for t in tasks if two_file(t)}, {t.id: {fp.path for fp in parse_patch(t.gold_patch)} for t in tasks}
 
 
 def _mean(xs: list[float]) -> float | None:
@@ -172,7 +167,7 @@ def efficiency(eval_dir: Path, suite: Path) -> dict[str, dict]:
     a file the fix does not touch (issue 21; episode_shape against the gold patch's files)."""
     from opencomposer.harness.trajectory import read_jsonl
 
-    hard, patched = two_file_ids(suite), patched_files(suite)
+    hard, patched = suite_files(suite)
     by: dict[str, list[tuple[bool, dict]]] = {"easy": [], "hard": []}
     for t in read_jsonl(eval_dir / "trajectories.jsonl"):
         by["hard" if t.task_id in hard else "easy"].append((bool(t.reward and t.reward > 0),
@@ -203,7 +198,7 @@ def rl_efficiency(rl_dir: Path, suite: Path) -> dict[str, list[float]]:
     path = rl_dir / "trajectories.jsonl"
     if not path.is_file():
         return out
-    hard, patched = two_file_ids(suite), patched_files(suite)
+    hard, patched = suite_files(suite)
     steps: dict[int, list] = {}
     for t in read_jsonl(path):
         steps.setdefault(int(t.meta.get("step", 0)), []).append(t)

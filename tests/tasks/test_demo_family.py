@@ -204,7 +204,7 @@ def _run(task: Task, policy, backend, max_turns: int):
 def test_two_file_tasks_and_the_demonstrators_habits_through_the_agent_loop_and_the_grader(tmp_path, backend):
     from opencomposer.eval.results import TRAJECTORIES
     from opencomposer.harness.trajectory import write_jsonl
-    from opencomposer.pipeline_report import efficiency, episode_shape, patched_files, plot_efficiency, rl_efficiency
+    from opencomposer.pipeline_report import efficiency, episode_shape, plot_efficiency, rl_efficiency, suite_files
 
     paths = generate_tasks(12, 5, tmp_path / "s", difficulty=0, two_file_rate=0.5)
     hard = next(Task.load(p) for p in paths if two_file(Task.load(p)))
@@ -251,7 +251,7 @@ def test_two_file_tasks_and_the_demonstrators_habits_through_the_agent_loop_and_
     # which); without the patch's files, the files an episode edited are all episode_shape knows
     failed = copy.deepcopy(trajs[0])
     failed.tool_calls = [r for r in failed.tool_calls if r.name != "edit_file"]
-    assert episode_shape(failed, patched_files(tmp_path / "s")[hard.id])["parallel_read"]
+    assert episode_shape(failed, suite_files(tmp_path / "s")[1][hard.id])["parallel_read"]
     assert not episode_shape(failed)["parallel_read"] and episode_shape(trajs[0])["parallel_read"]
     # the report's RL curve on the same episodes as two RL steps of three rollouts each, and its plot
     for i, t in enumerate(trajs):
