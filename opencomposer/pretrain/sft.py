@@ -415,11 +415,14 @@ def prepare_data(cfg: SFTConfig, tok: Tokenizer, console: Console, backend=None)
         for traj in collected:  # a resumed collection must keep its teacher
             teacher = (traj.meta.get("decoy", False), traj.meta.get("parallel", True), traj.meta.get("verify", False),
                        traj.meta.get("survey", False), bool(traj.meta.get("untaught_turns")))
-            habits = teacher_habits(tasks[traj.task_id], d.parallel_rate, d.verify_rate, d.survey_rate, cfg.run.seed,
-                                    d.habit_tasks) if traj.task_id in tasks else None
-            untaught = (habits is not None and habits[0] and _first_turn_batches(traj)
-                        and not teaches_choice(traj.task_id, d.parallel_choice_rate, cfg.run.seed))
-            if habits is None or teacher != (writes_decoy(traj.task_id, d.decoy_rate, cfg.run.seed), *habits, untaught):
+            expected = None  # a task no longer in the suite: another suite's collection
+            if traj.task_id in tasks:
+                parallel, verify, survey = teacher_habits(tasks[traj.task_id], d.parallel_rate, d.verify_rate,
+                                                          d.survey_rate, cfg.run.seed, d.habit_tasks)
+                untaught = (parallel and _first_turn_batches(traj)
+                            and not teaches_choice(traj.task_id, d.parallel_choice_rate, cfg.run.seed))
+                expected = (writes_decoy(traj.task_id, d.decoy_rate, cfg.run.seed), parallel, verify, survey, untaught)
+            if teacher != expected:
                 raise ConfigError(f"{out} was collected with another data.decoy_rate, parallel_rate, verify_rate, "
                                   f"parallel_choice_rate, survey_rate, habit_tasks, seed or suite ({traj.task_id}); "
                                   f"delete {out.parent} to collect again")

@@ -504,12 +504,16 @@ HABIT_TASKS = ("all", "one_file")
 only one-file tasks (then a two-file task's only needless turns are its unbatched calls)."""
 
 
+def _check_habit_tasks(habit_tasks: str) -> None:
+    if habit_tasks not in HABIT_TASKS:
+        raise TaskError(f"habit_tasks must be one of {', '.join(HABIT_TASKS)}, got {habit_tasks!r}")
+
+
 def teacher_habits(task: Task, parallel_rate: float = 1.0, verify_rate: float = 0.0, survey_rate: float = 0.0,
                    seed: int = 0, habit_tasks: str = "all") -> tuple[bool, bool, bool]:
     """(parallel, verify, survey) of the demonstrator on this task: `habits` and `surveys`, with the
     re-read and the survey off on two-file tasks when `habit_tasks` is "one_file"."""
-    if habit_tasks not in HABIT_TASKS:
-        raise TaskError(f"habit_tasks must be one of {', '.join(HABIT_TASKS)}, got {habit_tasks!r}")
+    _check_habit_tasks(habit_tasks)
     parallel, verify = habits(task.id, parallel_rate, verify_rate, seed)
     survey = surveys(task.id, survey_rate, seed)
     if habit_tasks == "one_file" and two_file(task):
@@ -550,8 +554,7 @@ def demonstrator(decoy_rate: float = 0.0, seed: int = 0, parallel_rate: float = 
                        ("parallel_choice_rate", parallel_choice_rate), ("survey_rate", survey_rate)):
         if not 0.0 <= rate <= 1.0:
             raise TaskError(f"{name} must be in [0, 1], got {rate}")
-    if habit_tasks not in HABIT_TASKS:
-        raise TaskError(f"habit_tasks must be one of {', '.join(HABIT_TASKS)}, got {habit_tasks!r}")
+    _check_habit_tasks(habit_tasks)  # before any task, not at the first one
 
     def make(task: Task) -> ReadEditOracle:
         parallel, verify, survey = teacher_habits(task, parallel_rate, verify_rate, survey_rate, seed, habit_tasks)
