@@ -16,7 +16,7 @@ demo-harness: setup
 	@$(PY) -m opencomposer.cli demo --harness
 
 test: setup setup-vllm
-	@$(PY) -m pytest -q -x --durations=15 tests
+	@$(PY) -X faulthandler -m pytest -q -x --durations=15 tests
 
 test-fast: setup
 	@$(PY) -m pytest -q -x -m "not slow and not ray" tests
