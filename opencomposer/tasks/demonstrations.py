@@ -14,6 +14,8 @@ Left out: sampling demonstrations from a model (RL's rollouts do that) and filte
 from __future__ import annotations
 
 import asyncio
+import json
+import os
 from pathlib import Path
 from typing import Callable
 
@@ -49,13 +51,20 @@ async def collect_trajectories(suite_dir: str | Path, out: str | Path, agent: Ag
     """Run `make_policy(task)` (default: the demo's ReadEditOracle) on every task of the suite
     through the agent loop, each in a fresh workspace of the task's image; append each
     trajectory (with its patch, and its grade when `grade`) to the JSONL file `out`. Tasks
-    already in `out` are skipped. Returns every trajectory in `out`."""
+    already in `out` are skipped. Returns every trajectory in `out`.
+
+    Trajectories are appended as they finish (a crash keeps every finished one), so with
+    concurrency > 1 the file's order is the order of finishing, which timing decides. At the
+    end the file is rewritten in the suite's order (lines kept byte for byte; tasks of another
+    suite after them, in file order), so that SFT on it, whose seeded shuffle starts from the
+    file's order, gives the same weights from the same seed."""
     if make_policy is None:
         make_policy = ReadEditOracle
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     have = {t.task_id for t in read_jsonl(out)} if out.is_file() else set()
-    todo = [t for t in Suite.load(suite_dir).tasks if t.id not in have]
+    tasks = Suite.load(suite_dir).tasks
+    todo = [t for t in tasks if t.id not in have]
     sem, lock = asyncio.Semaphore(concurrency), asyncio.Lock()
 
     async def one(task) -> None:
@@ -84,4 +93,16 @@ async def collect_trajectories(suite_dir: str | Path, out: str | Path, agent: Ag
                 on_done(traj)
 
     await asyncio.gather(*(one(t) for t in todo))
+    _in_suite_order(out, [t.id for t in tasks])
     return read_jsonl(out)
+
+
+def _in_suite_order(path: Path, task_ids: list[str]) -> None:
+    """Rewrite the JSONL file `path` with its lines in the order of `task_ids` (atomically)."""
+    rank = {tid: i for i, tid in enumerate(task_ids)}
+    lines = [line for line in path.read_text().splitlines(keepends=True) if line.endswith("\n")]
+    ordered = sorted(lines, key=lambda line: rank.get(json.loads(line)["task_id"], len(rank)))
+    if ordered != lines:
+        tmp = path.with_name(path.name + ".ordering")
+        tmp.write_text("".join(ordered))
+        os.replace(tmp, path)

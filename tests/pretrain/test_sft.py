@@ -77,6 +77,13 @@ def test_collection_resolves_every_task_and_resumes(collected, backend):
     assert all(t.reward == 1.0 and t.stop_reason == "final" for t in trajs)
     again = asyncio.run(collect_trajectories(suite, out, DEMO_AGENT, backend=backend))  # nothing left to do
     assert len(again) == len(trajs)
+    # the file is in the suite's order, whatever order the tasks finished in (SFT's shuffle starts from it)
+    ids = [t.id for t in Suite.load(suite).tasks]
+    assert [t.task_id for t in trajs] == ids
+    lines = out.read_text().splitlines(keepends=True)
+    out.write_text("".join(reversed(lines)))  # what a crash and a resume can leave: finished out of order
+    again = asyncio.run(collect_trajectories(suite, out, DEMO_AGENT, backend=backend))
+    assert [t.task_id for t in again] == ids and out.read_text() == "".join(lines)
 
 
 def test_loss_mask_covers_exactly_the_assistant_tokens(collected):
