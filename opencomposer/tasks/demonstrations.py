@@ -100,7 +100,9 @@ async def collect_trajectories(suite_dir: str | Path, out: str | Path, agent: Ag
 def _in_suite_order(path: Path, task_ids: list[str]) -> None:
     """Rewrite the JSONL file `path` with its lines in the order of `task_ids` (atomically)."""
     rank = {tid: i for i, tid in enumerate(task_ids)}
-    lines = [line for line in path.read_text().splitlines(keepends=True) if line.endswith("\n")]
+    # split on "\n" alone: the lines are JSON written with ensure_ascii=False, so text in them may
+    # hold U+2028 and the other breaks str.splitlines knows; the last piece is "" or a cut line
+    lines = [line + "\n" for line in path.read_text().split("\n")[:-1]]
     ordered = sorted(lines, key=lambda line: rank.get(json.loads(line)["task_id"], len(rank)))
     if ordered != lines:
         tmp = path.with_name(path.name + ".ordering")

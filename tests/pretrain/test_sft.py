@@ -86,6 +86,16 @@ def test_collection_resolves_every_task_and_resumes(collected, backend):
     assert [t.task_id for t in again] == ids and out.read_text() == "".join(lines)
 
 
+def test_suite_order_keeps_lines_whose_text_holds_other_line_breaks(tmp_path):
+    from opencomposer.tasks.demonstrations import _in_suite_order
+
+    path = tmp_path / "t.jsonl"
+    b, a = (json.dumps({"task_id": t, "final_message": "x\u2028y\x85z"}, ensure_ascii=False) + "\n" for t in "ba")
+    path.write_text(b + a + '{"task_id": "c", "cut')  # the last line cut by a crash mid-write
+    _in_suite_order(path, ["a", "b"])
+    assert path.read_text() == a + b
+
+
 def test_loss_mask_covers_exactly_the_assistant_tokens(collected):
     tok = bundled_tokenizer()
     traj = read_jsonl(collected[1])[0]
