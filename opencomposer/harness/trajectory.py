@@ -258,10 +258,31 @@ def experts_path(path: Path) -> Path:
 
 
 def write_jsonl(trajectories: Iterable[Trajectory], path: Path | str, *, append: bool = True) -> None:
-    """One trajectory per line (arrays as lists)."""
+    """One trajectory per line (arrays as lists). Appending first drops a last line that a crash
+    cut mid-write (read_jsonl skips it; appended to, it would join the next line and make it
+    unreadable)."""
+    if append:
+        _drop_cut_line(Path(path))
     with open(path, "a" if append else "w") as f:
         for t in trajectories:
             f.write(t.to_json() + "\n")
+
+
+def _drop_cut_line(path: Path) -> None:
+    """Truncate the file after its last newline, when it does not end in one."""
+    try:
+        f = open(path, "rb+")
+    except FileNotFoundError:
+        return
+    with f:
+        end = f.seek(0, os.SEEK_END)
+        if end == 0:
+            return
+        f.seek(end - 1)
+        if f.read(1) == b"\n":
+            return
+        f.seek(0)
+        f.truncate(f.read().rfind(b"\n") + 1)
 
 
 def read_jsonl(path: Path | str) -> list[Trajectory]:

@@ -393,3 +393,19 @@ def test_trajectory_with_lone_surrogates_saves_and_loads_exactly(tmp_path):
     assert (back.final_message, back.patch) == (t.final_message, t.patch)
     write_jsonl([t], tmp_path / "t.jsonl")
     assert read_jsonl(tmp_path / "t.jsonl")[0].final_message == t.final_message
+
+
+def test_appending_after_a_line_cut_by_a_crash_drops_the_cut_line(tmp_path):
+    """A crash mid-write leaves a cut last line (read_jsonl skips it); the resumed run's next
+    append must not join it (the joined line would not parse and every later read would fail)."""
+    a, b, c = (Trajectory(id=i, task_id=i, final_message=f"done {i}") for i in "abc")
+    path = tmp_path / "t.jsonl"
+    write_jsonl([a, b], path)
+    text = path.read_text()
+    path.write_text(text[: len(text) - 20])  # b's line cut
+    assert [t.id for t in read_jsonl(path)] == ["a"]
+    write_jsonl([c], path)
+    assert [t.id for t in read_jsonl(path)] == ["a", "c"]
+    path.write_text(a.to_json()[:10])  # only a cut line
+    write_jsonl([c], path)
+    assert [t.id for t in read_jsonl(path)] == ["c"]
