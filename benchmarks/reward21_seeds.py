@@ -4,7 +4,7 @@
         [--set key=value ...] [--full key=value ...] [--json]
 
 Per seed, one pipeline run (opencomposer/pipeline.py) up to the SFT evaluation in
-<out>/seed<N>/base, on the efficiency mix (MIX below: half the tasks two-file, 1,600 SFT steps, a
+<out>/seed<N>/base, on the efficiency mix (MIX below: half the tasks two-file, 2,400 SFT steps, a
 demonstrator that writes the decoy fix on 40% of its demonstrations, batches its calls on half
 (the choice to batch taught on a fifth of those), first reads the package's __init__.py on 70% and
 re-reads the edited file on 70%), then two RL arms from copies of it: `correctness` (the demo's RL
@@ -22,12 +22,13 @@ touch). The comparison per seed: the full arm's lift over SFT, its distance to c
 its turns per solved task against correctness-only's, and the effort it saved on easy against
 hard tasks (the concavity claim: more saved on easy ones). Mean and sample std over the seeds; --json prints it all.
 
-MIX and FULL are configs/demo/pipeline_full_reward.yaml (a test checks it) and change with it: the
-commands in docs/demo-design.md from before 2026-12-07 (session 12) ran with MIX = two-file rate
-0.5, 7 turns, parallel_rate 0.05, verify_rate 0.5 and FULL = length_coef 1e-3 (every rollout),
-kl_coef 1e-3, tool_error_coef 0.02, zero_failed_groups; those of sessions 12 and 13 with today's
-MIX less the survey (survey_rate 0) and with verify_rate 0.5; their --set flags name what they
-changed.
+MIX and FULL are configs/demo/pipeline_full_reward.yaml (a test checks it) and change with it. Until
+session 17 MIX's SFT ran 1,600 steps, so the earlier commands in docs/demo-design.md that set no
+sft.steps ran 1,600. Besides, the commands from before 2026-12-07 (session 12) ran with MIX =
+two-file rate 0.5, 7 turns, parallel_rate 0.05, verify_rate 0.5 and FULL = length_coef 1e-3 (every
+rollout), kl_coef 1e-3, tool_error_coef 0.02, zero_failed_groups; those of sessions 12 and 13 with
+today's MIX less the survey (survey_rate 0) and with verify_rate 0.5; their --set flags name what
+they changed.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-MIX = ["tasks.two_file_rate=0.5", "tasks.max_turns=7", "sft.steps=1600", "sft.decoy_rate=0.4", "sft.parallel_rate=0.5",
+MIX = ["tasks.two_file_rate=0.5", "tasks.max_turns=7", "sft.steps=2400", "sft.decoy_rate=0.4", "sft.parallel_rate=0.5",
        "sft.parallel_choice_rate=0.2", "sft.verify_rate=0.7", "sft.survey_rate=0.7"]
 FULL = ["rl.length_coef=1.5e-3", "rl.length_scope=correct", "rl.kl_coef=1e-3", "rl.tool_error_coef=0.02",
         "rl.zero_failed_groups=true"]
