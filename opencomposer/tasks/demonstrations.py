@@ -93,18 +93,20 @@ async def collect_trajectories(suite_dir: str | Path, out: str | Path, agent: Ag
                 on_done(traj)
 
     await asyncio.gather(*(one(t) for t in todo))
-    _in_suite_order(out, [t.id for t in tasks])
-    return read_jsonl(out)
+    return [Trajectory.from_dict(d) for d in _in_suite_order(out, [t.id for t in tasks])]
 
 
-def _in_suite_order(path: Path, task_ids: list[str]) -> None:
-    """Rewrite the JSONL file `path` with its lines in the order of `task_ids` (atomically)."""
+def _in_suite_order(path: Path, task_ids: list[str]) -> list[dict]:
+    """Rewrite the JSONL file `path` with its lines in the order of `task_ids` (atomically);
+    return its records in that order."""
     rank = {tid: i for i, tid in enumerate(task_ids)}
     # split on "\n" alone: the lines are JSON written with ensure_ascii=False, so text in them may
     # hold U+2028 and the other breaks str.splitlines knows; the last piece is "" or a cut line
     lines = [line + "\n" for line in path.read_text().split("\n")[:-1]]
-    ordered = sorted(lines, key=lambda line: rank.get(json.loads(line)["task_id"], len(rank)))
-    if ordered != lines:
+    records = [json.loads(line) for line in lines]
+    order = sorted(range(len(lines)), key=lambda i: rank.get(records[i]["task_id"], len(rank)))
+    if order != list(range(len(lines))):
         tmp = path.with_name(path.name + ".ordering")
-        tmp.write_text("".join(ordered))
+        tmp.write_text("".join(lines[i] for i in order))
         os.replace(tmp, path)
+    return [records[i] for i in order]
